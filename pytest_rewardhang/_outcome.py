@@ -1,0 +1,105 @@
+"""The typed result of one guarded call."""
+
+from __future__ import annotations
+
+import enum
+import re
+import signal as _signal
+from dataclasses import dataclass
+from typing import Any
+
+
+class Status(enum.StrEnum):
+    """What happened to a guarded call, decided from evidence, never guessed."""
+
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    MEMORY = "memory"
+
+
+class Mechanism(enum.StrEnum):
+    """How the deadline was enforced; anything but FORK is weaker and says so."""
+
+    FORK = "fork"
+    ALARM = "alarm"
+    UNBOUNDED = "unbounded"
+
+
+_FRAME = re.compile(
+    r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>\S+)', re.MULTILINE
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of one call run by :func:`pytest_rewardhang.guard.run`."""
+
+    status: Status
+    value: Any = None
+    #: ``"TypeName: message"`` followed by the child's formatted traceback.
+    error: str | None = None
+    #: The exception itself when it survived pickling, so callers can re-raise it.
+    exception: BaseException | None = None
+    wall_s: float = 0.0
+    #: User plus system CPU time of the call's process (NaN when it could not be read).
+    cpu_s: float = 0.0
+    #: Peak resident size of the call's process, pages shared with the caller included.
+    max_rss_mb: float = 0.0
+    #: On timeout: faulthandler's dump of every thread at the deadline, most recent call first.
+    stack: str | None = None
+    #: On crashed: the signal number that ended the process, if one did.
+    signal: int | None = None
+    #: On crashed: the exit code, when the process exited without delivering a result.
+    exit_code: int | None = None
+    #: What the call wrote to stdout and stderr, cut to a bound.
+    output: str = ""
+    #: Descendant processes still alive when the call ended; the guard killed them all.
+    leaked: int = 0
+    budget: float | None = None
+    mechanism: Mechanism = Mechanism.FORK
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @property
+    def stuck_at(self) -> tuple[str, int, str] | None:
+        """``(file, line, function)`` of the innermost frame the call was stuck in."""
+        if not self.stack:
+            return None
+        block = self.stack
+        current = block.find("Current thread")
+        if current >= 0:
+            block = block[current:]
+        match = _FRAME.search(block)
+        if match is None:
+            return None
+        return match["file"], int(match["line"]), match["func"]
+
+    def describe(self) -> str:
+        """One line naming the cause, for logs and failure messages."""
+        if self.status is Status.OK:
+            return f"ok in {self.wall_s:.3f} s"
+        if self.status is Status.TIMEOUT:
+            text = (
+                f"timeout: still running at the {self.budget:g} s budget (cpu {self.cpu_s:.2f} s)"
+            )
+            where = self.stuck_at
+            if where is not None:
+                text += f", stuck at {where[0]}:{where[1]} in {where[2]}"
+            return text
+        if self.status is Status.CRASHED:
+            if self.signal is not None:
+                return f"crashed: killed by {_signal_name(self.signal)}"
+            return f"crashed: exited with code {self.exit_code} without returning a result"
+        first = (self.error or "").splitlines()[0] if self.error else str(self.status)
+        return f"{self.status}: {first}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return _signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -1,0 +1,203 @@
+"""Run any callable under a fork-kill budget and get a typed :class:`Outcome` back.
+
+In-process deadlines cannot be trusted with a reward function: SIGALRM never fires inside one
+long C call, is unavailable off the main thread, and is defeated by code that swallows
+``BaseException`` or re-arms the alarm; a thread cannot be killed at all. :func:`run` forks,
+runs the call in the child, and SIGKILLs the child and all its descendants at the budget.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import Any, ParamSpec, TypeVar
+
+from ._fork import OUTPUT_LIMIT, caused_by_memory, run_forked
+from ._outcome import Mechanism, Outcome, Status
+
+__all__ = [
+    "OUTPUT_LIMIT",
+    "CallFailed",
+    "Mechanism",
+    "Outcome",
+    "Status",
+    "guarded",
+    "run",
+]
+
+log = logging.getLogger("pytest_rewardhang.guard")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+D = TypeVar("D")
+
+
+def run(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    budget: float = 2.0,
+    memory_mb: float | None = None,
+) -> Outcome:
+    """Call ``fn(*args, **kwargs)`` in a forked child that is SIGKILLed at ``budget`` seconds.
+
+    ``memory_mb`` bounds what the call may allocate on top of what the process already maps.
+    Never raises for anything the call does; the :class:`Outcome` says what happened.
+    """
+    _check_limits(budget, memory_mb)
+    kwargs = {} if kwargs is None else kwargs
+    if hasattr(os, "fork") and hasattr(os, "pidfd_open"):
+        return run_forked(fn, tuple(args), kwargs, float(budget), memory_mb)
+    if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+        _warn_once("alarm")
+        return _run_with_alarm(fn, tuple(args), kwargs, float(budget))
+    _warn_once("unbounded")
+    return _run_unbounded(fn, tuple(args), kwargs, float(budget))
+
+
+def _check_limits(budget: object, memory_mb: object) -> None:
+    if not (isinstance(budget, int | float) and math.isfinite(budget) and budget > 0):
+        raise ValueError(f"budget must be a positive number of seconds, not {budget!r}")
+    if memory_mb is not None and not (isinstance(memory_mb, int | float) and memory_mb > 0):
+        raise ValueError(f"memory_mb must be a positive number of MiB or None, not {memory_mb!r}")
+
+
+class CallFailed(Exception):
+    """A guarded call raised an exception that could not be brought back as itself."""
+
+
+def guarded(
+    budget: float = 2.0,
+    default: D = None,
+    *,
+    memory_mb: float | None = None,  # type: ignore[assignment]
+) -> Callable[[Callable[P, R]], Callable[P, R | D]]:
+    """Decorate a scorer so every call runs under :func:`run`.
+
+    On timeout, crash or memory the call returns ``default`` and logs one warning line naming
+    the cause; an exception raised by the scorer is raised again in the caller.
+    """
+    _check_limits(budget, memory_mb)  # now, not at the first call in the middle of training
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R | D]:
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | D:
+            out = run(fn, args, kwargs, budget=budget, memory_mb=memory_mb)
+            if out.status is Status.OK:
+                return out.value  # type: ignore[no-any-return]
+            if out.status is Status.ERROR:
+                raise _reraisable(out)
+            log.warning("%s: %s; returned %r", fn.__qualname__, out.describe(), default)
+            return default
+
+        return wrapper
+
+    return decorate
+
+
+def _reraisable(out: Outcome) -> BaseException:
+    exc = out.exception if out.exception is not None else CallFailed(out.error)
+    if out.exception is not None and out.error:
+        exc.add_note("Traceback in the guarded child:\n" + out.error.split("\n\n", 1)[-1])
+    return exc
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(mechanism: str) -> None:
+    if mechanism in _warned:
+        return
+    _warned.add(mechanism)
+    if mechanism == "alarm":
+        text = "os.fork is unavailable: guarding with SIGALRM, which cannot stop a hang inside C"
+    else:
+        text = "os.fork and SIGALRM are unavailable here: guarded calls run WITHOUT a deadline"
+    warnings.warn(text, RuntimeWarning, stacklevel=3)
+
+
+class _AlarmTimeout(BaseException):
+    pass
+
+
+def _run_with_alarm(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], budget: float
+) -> Outcome:
+    stuck: list[FrameType | None] = []
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        stuck.append(frame)
+        raise _AlarmTimeout
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    start = time.perf_counter()
+    cpu = time.process_time()
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, budget)
+            value = fn(*args, **kwargs)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _AlarmTimeout:
+        stack = "".join(traceback.format_stack(stuck[0])) if stuck else None
+        return _in_process(Status.TIMEOUT, Mechanism.ALARM, start, cpu, budget, stack=stack)
+    except BaseException as exc:  # noqa: BLE001 - the call's failure is its outcome
+        return _in_process_error(exc, Mechanism.ALARM, start, cpu, budget)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    return _in_process(Status.OK, Mechanism.ALARM, start, cpu, budget, value=value)
+
+
+def _run_unbounded(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], budget: float
+) -> Outcome:
+    start = time.perf_counter()
+    cpu = time.process_time()
+    try:
+        value = fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - the call's failure is its outcome
+        return _in_process_error(exc, Mechanism.UNBOUNDED, start, cpu, budget)
+    return _in_process(Status.OK, Mechanism.UNBOUNDED, start, cpu, budget, value=value)
+
+
+def _in_process_error(
+    exc: BaseException, mechanism: Mechanism, start: float, cpu: float, budget: float
+) -> Outcome:
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    text += "\n\n" + "".join(traceback.format_exception(exc))
+    status = Status.MEMORY if caused_by_memory(exc) else Status.ERROR
+    return _in_process(status, mechanism, start, cpu, budget, error=text, exception=exc)
+
+
+def _in_process(
+    status: Status, mechanism: Mechanism, start: float, cpu: float, budget: float, **fields: Any
+) -> Outcome:
+    return Outcome(
+        status,
+        wall_s=time.perf_counter() - start,
+        cpu_s=time.process_time() - cpu,
+        max_rss_mb=_own_max_rss_mb(),
+        budget=budget,
+        mechanism=mechanism,
+        **fields,
+    )
+
+
+def _own_max_rss_mb() -> float:
+    try:
+        import resource
+    except ImportError:
+        return math.nan
+    scale = 1024 * 1024 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+
+def children(pid: int | str = "self") -> set[int]:
+    found: set[int] = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            found.update(int(p) for p in f.read().split())
+    return found
+
+
+def state(pid: int) -> str | None:
+    """The process state letter (R, S, Z, ...), or None once the pid is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2 :].split()[0].decode()
+
+
+def assert_dead(pids: list[int]) -> None:
+    """Every pid is dead now, and its zombie (reaped by init, not by us) is gone soon after."""
+    assert pids, "the test's child reported no descendants, so it checked nothing"
+    living = {pid: state(pid) for pid in pids if state(pid) not in (None, "Z", "X")}
+    assert not living, f"still running after the call returned: {living}"
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(state(pid) is not None for pid in pids):
+        time.sleep(0.01)
+    assert all(state(pid) is None for pid in pids), "zombies left behind"
+
+
+@pytest.fixture
+def no_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Fails the test if it leaves a child process, an open descriptor or a temp file."""
+    tmp_path_factory.getbasetemp()  # pytest's own temp root is not the call's leak
+    fds = set(os.listdir("/proc/self/fd"))
+    kids = children()
+    temps = set(os.listdir(tempfile.gettempdir()))
+    yield
+    assert children() - kids == set(), "child processes left behind"
+    # listdir's own descriptor shows up in both listings, so the sets compare like for like.
+    assert set(os.listdir("/proc/self/fd")) == fds, "descriptors left open"
+    assert set(os.listdir(tempfile.gettempdir())) - temps == set(), "temp files left behind"

@@ -1,0 +1,373 @@
+"""The guard against real pathological calls: real forks, real SIGKILLs, real clocks."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_rewardhang.guard import Mechanism, Outcome, Status, run
+from tests.conftest import assert_dead
+
+BUDGET = 0.5
+#: The issue's bound: control is back within budget + 100 ms whatever the call does.
+SLACK = 0.1
+
+pytestmark = [pytest.mark.usefixtures("no_leaks"), pytest.mark.timeout(30)]
+
+
+def timed(fn: Callable[..., Any], *args: Any, budget: float = BUDGET, **kw: Any) -> Outcome:
+    start = time.perf_counter()
+    out = run(fn, args, budget=budget, **kw)
+    elapsed = time.perf_counter() - start
+    assert elapsed <= budget + SLACK, f"control came back {elapsed - budget:.3f} s late: {out}"
+    return out
+
+
+# --- calls that hang -------------------------------------------------------------------------
+
+
+def python_loop() -> int:
+    total = 0
+    for i in range(10**12):
+        total = (total + len(str(i)) * 7) % 1_000_003
+    return total
+
+
+def swallow_base_exception() -> None:
+    while True:
+        try:
+            while True:
+                time.sleep(0.001)
+        except BaseException:
+            pass
+
+
+def rearm_signals() -> None:
+    for sig in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    while True:
+        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        time.sleep(0.01)
+
+
+def catastrophic_regex() -> object:
+    return re.match(r"(a+)+$", "a" * 64 + "b")
+
+
+def huge_int_from_str() -> int:
+    sys.set_int_max_str_digits(0)
+    return int("9" * 5_000_000)
+
+
+HANGS: dict[str, Callable[[], object]] = {
+    "python-loop": python_loop,
+    "sum-range": lambda: sum(range(10**13)),
+    "max-range": lambda: max(range(10**13)),
+    "power": lambda: 10**10**8,
+    "int-from-digits": huge_int_from_str,
+    "regex": catastrophic_regex,
+    "swallows-base-exception": swallow_base_exception,
+    "rearms-alarm-ignores-term": rearm_signals,
+    "sleep": lambda: time.sleep(3600),
+}
+
+
+@pytest.mark.parametrize("fn", HANGS.values(), ids=HANGS.keys())
+def test_hang_is_killed_at_the_budget(fn: Callable[[], object]) -> None:
+    out = timed(fn)
+    assert out.status is Status.TIMEOUT
+    assert out.mechanism is Mechanism.FORK
+    assert BUDGET <= out.wall_s <= BUDGET + SLACK
+    assert out.value is None
+
+
+def test_stuck_stack_points_into_the_c_call() -> None:
+    out = timed(lambda: sum(range(10**13)))
+    assert out.stack is not None
+    assert out.stuck_at is not None
+    file, line, func = out.stuck_at
+    assert file == __file__
+    assert func == "<lambda>"
+    assert "sum(range(10**13))" in Path(file).read_text().splitlines()[line - 1]
+    assert "stuck at" in out.describe()
+
+
+def test_cpu_time_is_measured_for_a_killed_call() -> None:
+    out = timed(python_loop)
+    assert out.cpu_s > BUDGET * 0.5
+    out = timed(time.sleep, 3600)
+    assert out.cpu_s < 0.1
+
+
+# --- calls that end on their own ---------------------------------------------------------------
+
+
+def test_quick_scorer_returns_ok_with_its_value() -> None:
+    def compute_score(solution_str: str, ground_truth: str) -> float:
+        return 1.0 if solution_str.strip().endswith(ground_truth) else 0.0
+
+    out = run(compute_score, ("the answer is 42", "42"), budget=BUDGET)
+    assert out.status is Status.OK
+    assert out.value == 1.0
+    assert out.ok
+    assert out.error is None
+    assert out.stack is None
+    out = run(compute_score, kwargs={"solution_str": "x", "ground_truth": "42"})
+    assert out.value == 0.0
+
+
+def test_error_carries_type_message_and_child_traceback() -> None:
+    def scorer() -> None:
+        raise ValueError("malformed answer")
+
+    out = timed(scorer)
+    assert out.status is Status.ERROR
+    assert out.error is not None
+    assert out.error.startswith("ValueError: malformed answer\n")
+    assert "in scorer" in out.error
+    assert isinstance(out.exception, ValueError)
+
+
+class Unpicklable(Exception):
+    def __reduce__(self) -> Any:
+        raise TypeError("not today")
+
+
+def test_unpicklable_exception_still_comes_back_as_error() -> None:
+    def scorer() -> None:
+        raise Unpicklable("cannot travel")
+
+    out = timed(scorer)
+    assert out.status is Status.ERROR
+    assert out.error is not None
+    assert out.error.startswith("tests.test_guard.Unpicklable: cannot")
+    assert out.exception is None
+
+
+def test_unpicklable_result_is_an_error_naming_its_type() -> None:
+    out = timed(lambda: threading.Lock())
+    assert out.status is Status.ERROR
+    assert out.error is not None
+    assert "cannot be pickled" in out.error
+    assert "lock" in out.error
+
+
+def test_result_of_50_mb_does_not_deadlock() -> None:
+    out = timed(lambda: os.urandom(50 * 1024 * 1024), budget=5.0)
+    assert out.status is Status.OK
+    assert len(out.value) == 50 * 1024 * 1024
+
+
+def test_exit_without_result_is_crashed_not_timeout() -> None:
+    out = timed(lambda: os._exit(0))
+    assert out.status is Status.CRASHED
+    assert out.exit_code == 0
+    assert out.signal is None
+    assert "without returning a result" in out.describe()
+
+
+def test_sys_exit_is_an_error_not_a_silent_pass() -> None:
+    out = timed(lambda: sys.exit(0))
+    assert out.status is Status.ERROR
+    assert out.error is not None
+    assert out.error.startswith("SystemExit")
+
+
+def test_segfault_is_crashed_with_its_signal() -> None:
+    out = timed(lambda: ctypes.string_at(0))
+    assert out.status is Status.CRASHED
+    assert out.signal == signal.SIGSEGV
+    assert "SIGSEGV" in out.describe()
+    assert "Fatal Python error" in out.output  # the crash report went to the call's output
+
+
+def test_killed_from_outside_is_crashed() -> None:
+    out = timed(lambda: os.kill(os.getpid(), signal.SIGKILL))
+    assert out.status is Status.CRASHED
+    assert out.signal == signal.SIGKILL
+
+
+def test_stdin_is_closed() -> None:
+    assert timed(lambda: sys.stdin.read()).value == ""
+    assert timed(lambda: os.read(0, 10)).value == b""
+    out = timed(input)
+    assert out.status is Status.ERROR
+    assert out.error is not None
+    assert out.error.startswith("EOFError")
+
+
+def test_output_is_captured_up_to_a_bound() -> None:
+    def chatty() -> int:
+        print("hello from the scorer")
+        print("and its stderr", file=sys.stderr)
+        return 3
+
+    out = timed(chatty)
+    assert out.value == 3
+    assert "hello from the scorer" in out.output
+    assert "and its stderr" in out.output
+
+
+def test_output_flood_is_discarded_not_buffered() -> None:
+    def flood() -> None:
+        chunk = b"x" * (1 << 20)
+        while True:  # gigabytes a second for as long as it is allowed to run
+            os.write(1, chunk)
+
+    out = timed(flood, budget=1.0)
+    assert out.status is Status.TIMEOUT
+    assert len(out.output) < 100 * 1024
+    dropped = re.search(r"\.\.\. (\d+) more bytes of output discarded", out.output)
+    assert dropped is not None
+    assert int(dropped[1]) > 100 * 1024 * 1024
+
+
+# --- memory --------------------------------------------------------------------------------
+
+
+def test_memory_bomb_is_memory() -> None:
+    def bomb() -> int:
+        hoard = []
+        while True:
+            hoard.append(bytearray(10 * 1024 * 1024))
+
+    out = timed(bomb, memory_mb=200)
+    assert out.status is Status.MEMORY
+    assert out.error is not None
+    assert out.error.startswith("MemoryError")
+
+
+def test_memory_limit_is_relative_to_what_the_process_maps() -> None:
+    ballast = bytearray(300 * 1024 * 1024)  # the caller is already bigger than the limit
+    out = timed(lambda: len(bytearray(20 * 1024 * 1024)) + len(ballast), memory_mb=50)
+    assert out.status is Status.OK
+    assert timed(lambda: bytearray(100 * 1024 * 1024), memory_mb=50).status is Status.MEMORY
+
+
+def test_nonsense_limits_are_refused() -> None:
+    for bad in (0, -1, float("nan"), float("inf"), "2"):
+        with pytest.raises(ValueError, match="budget must be a positive number"):
+            run(int, budget=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="memory_mb must be"):
+        run(int, memory_mb=0)
+
+
+# --- descendants -----------------------------------------------------------------------------
+
+
+def spawn_sleepers(pidfile: Path, count: int, setsid: bool) -> list[int]:
+    pids = []
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            if setsid:
+                os.setsid()
+            if os.fork() == 0:  # the grandchild's parent exits: orphaned below the guard
+                time.sleep(3600)
+                os._exit(0)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        pids.append(pid)
+    time.sleep(0.05)
+    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
+        orphans = [int(p) for p in f.read().split()]
+    pidfile.write_text(" ".join(map(str, orphans)))
+    return orphans
+
+
+@pytest.mark.parametrize("setsid", [False, True], ids=["same-group", "setsid"])
+def test_descendants_die_with_a_timed_out_call(tmp_path: Path, setsid: bool) -> None:
+    pidfile = tmp_path / "pids"
+
+    def scorer() -> None:
+        spawn_sleepers(pidfile, 3, setsid)
+        time.sleep(3600)
+
+    out = timed(scorer)
+    assert out.status is Status.TIMEOUT
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 3
+    assert out.leaked == 3
+    assert_dead(pids)
+
+
+def test_processes_left_running_by_a_finished_call_are_killed(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    out = timed(lambda: len(spawn_sleepers(pidfile, 2, True)))
+    assert out.status is Status.OK
+    assert out.value == 2
+    assert out.leaked == 2
+    assert_dead([int(p) for p in pidfile.read_text().split()])
+
+
+def test_bounded_fork_storm_is_killed(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+
+    def storm() -> None:
+        # Every process keeps forking until a shared budget of 120 forks is spent.
+        fd = os.open(pidfile, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        for _ in range(7):
+            if os.fork() == 0:
+                os.write(fd, f"{os.getpid()} ".encode())
+        while True:
+            time.sleep(1)
+
+    out = timed(storm, budget=1.0)
+    assert out.status is Status.TIMEOUT
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 2**7 - 1
+    assert out.leaked == len(pids)
+    assert_dead(pids)
+
+
+# --- callers ---------------------------------------------------------------------------------
+
+
+def test_works_from_a_non_main_thread() -> None:
+    outs: list[Outcome] = []
+    worker = threading.Thread(target=lambda: outs.append(timed(lambda: sum(range(10**13)))))
+    worker.start()
+    worker.join()
+    assert [o.status for o in outs] == [Status.TIMEOUT]
+
+
+def test_eight_threads_at_once() -> None:
+    def job(i: int) -> None:
+        fn: Callable[[], object] = (lambda: i * i) if i % 2 else (lambda: sum(range(10**13)))
+        results[i] = timed(fn, budget=1.0)
+
+    results: dict[int, Outcome] = {}
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, out in sorted(results.items()):
+        assert out.status is (Status.OK if i % 2 else Status.TIMEOUT), (i, out)
+        if i % 2:
+            assert out.value == i * i
+    assert len(results) == 8
+
+
+def test_callers_sigchld_handler_and_signal_state_are_left_alone() -> None:
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGCHLD, lambda signum, frame: seen.append(signum))
+    try:
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGCHLD, signal.SIGALRM)}
+        assert timed(lambda: 7).value == 7
+        assert timed(lambda: sum(range(10**13))).status is Status.TIMEOUT
+        assert {s: signal.getsignal(s) for s in handlers} == handlers
+        assert threading.active_count() == 1
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
