@@ -1,7 +1,33 @@
 """pytest-rewardhang: stop reward functions from freezing reinforcement-learning runs."""
 
-from .guard import CallFailed, Mechanism, Outcome, Status, guarded, run
+from typing import TYPE_CHECKING, Any
+
+from ._decorator import scorer
+from .guard import CallFailed, Mechanism, Outcome, Pool, Status, guarded, run
+
+if TYPE_CHECKING:
+    from ._scorers import ScorerSpec
 
 __version__ = "0.1.0"
 
-__all__ = ["CallFailed", "Mechanism", "Outcome", "Status", "__version__", "guarded", "run"]
+__all__ = [
+    "CallFailed",
+    "Mechanism",
+    "Outcome",
+    "Pool",
+    "ScorerSpec",
+    "Status",
+    "__version__",
+    "guarded",
+    "run",
+    "scorer",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # ScorerSpec's module imports pytest; trainers importing the guard should not pay for it.
+    if name == "ScorerSpec":
+        from ._scorers import ScorerSpec
+
+        return ScorerSpec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,9 +35,9 @@ _CHUNK = 1 << 20
 #: armed (pytest's faulthandler_timeout does) deadlocks re-arming it. A signal handler that
 #: faulthandler runs in C dumps the stack just as well while the child is inside a C call.
 #: A real-time signal, so scorers that use SIGUSR1/2 for their own ends are not disturbed.
-_DUMP_SIGNAL = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
+DUMP_SIGNAL = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
 #: How long before the deadline the stack is dumped, so the dump is in hand at the kill.
-_DUMP_LEAD_S = 0.02
+DUMP_LEAD_S = 0.02
 
 
 def run_forked(
@@ -95,9 +95,9 @@ class _Parent:
         wait_status: int | None = None
         usage: resource.struct_rusage | None = None
         try:
-            exited = self._wait_until(self.start + self.budget - _DUMP_LEAD_S)
+            exited = self._wait_until(self.start + self.budget - DUMP_LEAD_S)
             if not exited and not self._result_complete():
-                dumped = self._signal(_DUMP_SIGNAL)
+                dumped = self._signal(DUMP_SIGNAL)
                 exited = self._wait_until(self.start + self.budget)
             wall = time.perf_counter() - self.start
             if not exited:
@@ -165,17 +165,7 @@ class _Parent:
         return True
 
     def _kill_tree(self) -> int:
-        """Freeze the child, kill its descendants and its group, then the child itself."""
-        if not self._signal(signal.SIGSTOP):
-            return 0
-        # Until the stop takes effect the child could still finish a fork.
-        with contextlib.suppress(ChildProcessError):
-            os.waitid(os.P_PIDFD, self.pidfd, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
-        leaked = _proctree.kill_descendants(self.pid)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
-        self._signal(signal.SIGKILL)
-        return leaked
+        return kill_tree(self.pid, self.pidfd)
 
     def _reap(self) -> tuple[int | None, resource.struct_rusage | None]:
         try:
@@ -210,7 +200,7 @@ class _Parent:
         if wait_status is not None and wait_status >= 0:
             if os.WIFSIGNALED(wait_status):
                 signum = os.WTERMSIG(wait_status)
-                if dumped and signum == _DUMP_SIGNAL:  # it reset faulthandler's handler
+                if dumped and signum == DUMP_SIGNAL:  # it reset faulthandler's handler
                     return Outcome(Status.TIMEOUT, leaked=leaked, **common)
             elif os.WIFEXITED(wait_status):
                 exit_code = os.WEXITSTATUS(wait_status)
@@ -223,24 +213,57 @@ class _Parent:
         return text
 
 
+def kill_tree(pid: int, pidfd: int) -> int:
+    """Freeze the child ``pid``, kill its descendants and its group, then the child itself.
+
+    ``pid`` must be a child of the calling process (``waitid`` on its pidfd sees it stop).
+    Returns how many descendants there were; 0 if the child was already gone.
+    """
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
+    except ProcessLookupError:
+        return 0
+    # Until the stop takes effect the child could still finish a fork.
+    with contextlib.suppress(ChildProcessError):
+        os.waitid(os.P_PIDFD, pidfd, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+    leaked = _proctree.kill_descendants(pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    return leaked
+
+
 def _decode(payload: bytes, leaked: int, common: dict[str, Any]) -> Outcome:
     try:
         status, value, error, exception, child_leaked = pickle.loads(payload)
     except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the child
-        error = f"{type(exc).__name__}: the call's result could not be unpickled: {exc}"
-        return Outcome(Status.ERROR, error=error, leaked=leaked, **common)
+        return unpickle_failed(exc, leaked, common)
+    return outcome_from_frame(status, value, error, exception, leaked + child_leaked, common)
+
+
+def unpickle_failed(exc: Exception, leaked: int, common: dict[str, Any]) -> Outcome:
+    error = f"{type(exc).__name__}: the call's result could not be unpickled: {exc}"
+    return Outcome(Status.ERROR, error=error, leaked=leaked, **common)
+
+
+def outcome_from_frame(
+    status: str,
+    value: Any,
+    error: str | None,
+    exception: bytes | None,
+    leaked: int,
+    common: dict[str, Any],
+) -> Outcome:
+    """The :class:`Outcome` of a frame that :func:`call` made and the parent unpickled."""
+    raised: BaseException | None = None
     if exception is not None:
         try:
-            exception = pickle.loads(exception)
+            raised = pickle.loads(exception)
         except Exception:  # noqa: BLE001 - the text in ``error`` still says what happened
-            exception = None
+            raised = None
     return Outcome(
-        Status(status),
-        value=value,
-        error=error,
-        exception=exception,
-        leaked=leaked + child_leaked,
-        **common,
+        Status(status), value=value, error=error, exception=raised, leaked=leaked, **common
     )
 
 
@@ -258,25 +281,13 @@ def _child(
     try:
         os.setsid()
         subreaper = _proctree.become_subreaper(parent_pid)
-        _redirect_stdio(output_w)
-        # A crash's traceback goes to the call's output, not to the caller's terminal.
-        faulthandler.enable(file=2, all_threads=True)
-        faulthandler.register(_DUMP_SIGNAL, file=stack_w, all_threads=True, chain=False)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {_DUMP_SIGNAL})
-        if memory_mb is not None:
-            _limit_memory(memory_mb)
-        try:
-            frame: tuple[Any, ...] = (Status.OK.value, fn(*args, **kwargs), None, None)
-        except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are results too
-            frame = _error_frame(exc)
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(BaseException):  # the call may have closed or replaced them
-                stream.flush()
+        setup_child(output_w, stack_w, memory_mb)
+        frame = call(fn, args, kwargs)
         leaked = _proctree.kill_descendants(os.getpid()) if subreaper else 0
         if subreaper:
             _reap_all()
-        payload = _pickle(frame, leaked)
-        _write_all(result_w, _HEADER.pack(len(payload)) + payload)
+        payload = pickle_frame((*frame, leaked))
+        write_all(result_w, _HEADER.pack(len(payload)) + payload)
         code = 0
     except BaseException:  # noqa: BLE001, S110 - no result is reported as a crash by the parent
         pass
@@ -284,15 +295,45 @@ def _child(
         os._exit(code)
 
 
-def _pickle(frame: tuple[Any, ...], leaked: int) -> bytes:
-    """Pickle ``frame + (leaked,)``; what cannot be pickled comes back as an error with its text."""
+def setup_child(
+    output_w: int, stack_w: int, memory_mb: float | None
+) -> None:  # pragma: no cover - child only
+    """Point stdio at the output pipe, arm the stack dump, and apply the memory limit."""
+    _redirect_stdio(output_w)
+    # A crash's traceback goes to the call's output, not to the caller's terminal.
+    faulthandler.enable(file=2, all_threads=True)
+    faulthandler.register(DUMP_SIGNAL, file=stack_w, all_threads=True, chain=False)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {DUMP_SIGNAL})
+    if memory_mb is not None:
+        limit_memory(memory_mb)
+
+
+def call(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> tuple[Any, ...]:  # pragma: no cover - child only
+    """``(status, value, error, pickled exception)`` of one call, its output flushed."""
     try:
-        return pickle.dumps((*frame, leaked), protocol=pickle.HIGHEST_PROTOCOL)
+        frame: tuple[Any, ...] = (Status.OK.value, fn(*args, **kwargs), None, None)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are results too
+        frame = _error_frame(exc)
+    for stream in (sys.stdout, sys.stderr):
+        # A plain try, not suppress(): this runs once per item in a pool worker.
+        try:  # noqa: SIM105
+            stream.flush()
+        except BaseException:  # noqa: BLE001, S110 - the call may have closed or replaced them
+            pass
+    return frame
+
+
+def pickle_frame(frame: tuple[Any, ...]) -> bytes:
+    """Pickle ``(status, value, error, exception, *rest)``; an unpicklable value turns to error."""
+    try:
+        return pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         if frame[0] == Status.OK.value:
             what = type(frame[1]).__qualname__
             text = f"{type(exc).__name__}: the call returned a {what} that cannot be pickled: {exc}"
-            return _pickle((Status.ERROR.value, None, text, None), leaked)
+            return pickle_frame((Status.ERROR.value, None, text, None, *frame[4:]))
         raise
 
 
@@ -330,7 +371,7 @@ def _redirect_stdio(output_w: int) -> None:  # pragma: no cover - child only
     sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
 
 
-def _limit_memory(memory_mb: float) -> None:  # pragma: no cover - child only
+def limit_memory(memory_mb: float) -> None:  # pragma: no cover - child only
     # An absolute limit below what the process already maps would break every allocation.
     with open("/proc/self/statm", "rb") as f:
         mapped = int(f.read().split()[0]) * resource.getpagesize()
@@ -351,7 +392,7 @@ def _reap_all() -> None:  # pragma: no cover - child only
             continue
 
 
-def _write_all(fd: int, data: bytes) -> None:  # pragma: no cover - child only
+def write_all(fd: int, data: bytes) -> None:  # pragma: no cover - child only
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

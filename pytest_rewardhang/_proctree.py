@@ -35,8 +35,10 @@ def _libc() -> ctypes.CDLL | None:
 
 
 def prepare() -> None:
-    """Load libc in the caller, so a forked child never pays for (or deadlocks in) dlopen."""
-    _libc()
+    """Resolve prctl in the caller, so a forked child never pays for (or deadlocks in) dlopen."""
+    libc = _libc()
+    if libc is not None:
+        libc.prctl  # noqa: B018 - ctypes caches the symbol on first attribute access
 
 
 def become_subreaper(parent_pid: int) -> bool:

@@ -20,16 +20,19 @@ import traceback
 import warnings
 from collections.abc import Callable, Mapping
 from types import FrameType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 from ._fork import OUTPUT_LIMIT, caused_by_memory, run_forked
 from ._outcome import Mechanism, Outcome, Status
+from ._pool import Pool, PoolError
 
 __all__ = [
     "OUTPUT_LIMIT",
     "CallFailed",
     "Mechanism",
     "Outcome",
+    "Pool",
+    "PoolError",
     "Status",
     "guarded",
     "run",
@@ -77,12 +80,24 @@ class CallFailed(Exception):
     """A guarded call raised an exception that could not be brought back as itself."""
 
 
+@overload
+def guarded(
+    budget: float = 2.0, *, memory_mb: float | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R | None]]: ...
+
+
+@overload
+def guarded(
+    budget: float = 2.0, default: D = ..., *, memory_mb: float | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R | D]]: ...
+
+
 def guarded(
     budget: float = 2.0,
-    default: D = None,
+    default: Any = None,
     *,
-    memory_mb: float | None = None,  # type: ignore[assignment]
-) -> Callable[[Callable[P, R]], Callable[P, R | D]]:
+    memory_mb: float | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, Any]]:
     """Decorate a scorer so every call runs under :func:`run`.
 
     On timeout, crash or memory the call returns ``default`` and logs one warning line naming
@@ -90,12 +105,12 @@ def guarded(
     """
     _check_limits(budget, memory_mb)  # now, not at the first call in the middle of training
 
-    def decorate(fn: Callable[P, R]) -> Callable[P, R | D]:
+    def decorate(fn: Callable[P, R]) -> Callable[P, Any]:
         @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | D:
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
             out = run(fn, args, kwargs, budget=budget, memory_mb=memory_mb)
             if out.status is Status.OK:
-                return out.value  # type: ignore[no-any-return]
+                return out.value
             if out.status is Status.ERROR:
                 raise _reraisable(out)
             log.warning("%s: %s; returned %r", fn.__qualname__, out.describe(), default)

@@ -1,9 +1,32 @@
-"""The pytest entry point. Inert for now: the hang check itself arrives with the plugin issue."""
+"""The pytest entry point: inert unless ``--reward-hang-check`` is given.
+
+Without the flag it registers the ``reward_hang`` marker and its options and imports nothing
+else: the checking machinery is imported only when it is asked for.
+"""
 
 from __future__ import annotations
 
 import pytest
 
+from . import _options
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.getgroup("reward-hang", "reward function hang checks (pytest-rewardhang)")
+    _options.add_options(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import _hookspecs
+
+    pluginmanager.add_hookspecs(_hookspecs)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "reward_hang: a reward-function hang check added by --reward-hang-check"
+    )
+    if config.getoption("--reward-hang-check"):
+        from ._session import RewardHangSession
+
+        settings = _options.load(config)
+        config.pluginmanager.register(RewardHangSession(config, settings), "rewardhang-session")

@@ -1,0 +1,111 @@
+"""The hang-inducing inputs of a run, expanded from the corpus files (see ``_corpus``).
+
+Each response family's formulas are expanded along a size ladder up to ``max_chars``; code
+families are programs that defeat in-process timeouts. Cases of a family come smallest first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from . import _corpus
+from ._corpus import Corpus, Formula
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    family: str
+    #: For math/text scorers the whole response; for code scorers the program.
+    text: str
+    description: str
+    #: Passed to the scorer as its ground truth, where the case has one.
+    ground_truth: str | None = None
+    #: The formula the text was expanded from (None for literals and programs): growth is fit
+    #: over the cases of one formula, and a saved hang is shrunk along it.
+    formula: Formula | None = None
+    formula_id: str | None = None
+    provenance: str = ""
+
+
+@cache
+def load_corpus(extra_dirs: tuple[Path, ...] = ()) -> Corpus:
+    return _corpus.load(extra_dirs)
+
+
+def response_cases(corpus: Corpus, kind: str, max_chars: int, seed: int) -> list[Case]:
+    cases: list[Case] = []
+    for family in corpus.responses.values():
+        if kind not in family.kinds:
+            continue
+        found: list[Case] = []
+        for case in family.cases:
+            description = case.description
+            if case.response is not None:
+                text = case.response[:max_chars]
+                found.append(
+                    Case(
+                        f"{family.family}-{case.name}",
+                        family.family,
+                        text,
+                        description,
+                        case.ground_truth,
+                        provenance=case.provenance,
+                    )
+                )
+                continue
+            assert case.formula is not None
+            stem = f"{family.family}-{case.name}" if case.name else family.family
+            for size in _corpus.ladder(case.sizes, max_chars):
+                if size < len(case.formula.prefix) + len(case.formula.suffix):
+                    continue
+                found.append(
+                    Case(
+                        f"{stem}-{size}",
+                        family.family,
+                        case.formula.expand(size, seed),
+                        description,
+                        case.ground_truth,
+                        case.formula,
+                        stem,
+                        case.provenance,
+                    )
+                )
+        cases += sorted(found, key=lambda c: len(c.text))
+    return cases
+
+
+def code_cases(corpus: Corpus) -> list[Case]:
+    return [
+        Case(
+            f"{family}-{program.name}",
+            family,
+            program.text,
+            program.attacks,
+            provenance=program.provenance,
+        )
+        for family, programs in corpus.programs.items()
+        for program in programs
+    ]
+
+
+def cases_for(
+    kind: str,
+    max_chars: int,
+    seed: int,
+    corpus: Corpus | None = None,
+    families: Iterable[str] | None = None,
+) -> list[Case]:
+    corpus = corpus or load_corpus()
+    cases = code_cases(corpus) if kind == "code" else response_cases(corpus, kind, max_chars, seed)
+    if families is not None:
+        chosen = set(families)
+        cases = [case for case in cases if case.family in chosen]
+    return cases
+
+
+def families(cases: Sequence[Case]) -> list[str]:
+    return list(dict.fromkeys(case.family for case in cases))

@@ -1,0 +1,42 @@
+"""``@pytest_rewardhang.scorer``: importable by a trainer's reward module at no cost.
+
+It imports nothing (not pytest), and records its arguments only: the plugin finds decorated
+functions by reading the source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def scorer(
+    *,
+    kind: str = "math",
+    deadline: float | None = None,
+    example: str | None = None,
+    response: str | None = None,
+    id: str | None = None,  # the key's name everywhere else
+    expect: str | None = None,
+) -> Callable[[F], F]:
+    """Mark an in-repo reward function for ``pytest --reward-hang-check``.
+
+    The decorator does nothing at run time but record its arguments: the plugin finds decorated
+    functions by reading the source, without importing anything.
+    """
+    options = {
+        "kind": kind,
+        "deadline": deadline,
+        "example": example,
+        "response": response,
+        "id": id,
+        "expect": expect,
+    }
+
+    def mark(fn: F) -> F:
+        fn.__reward_hang__ = {k: v for k, v in options.items() if v is not None}  # type: ignore[attr-defined]
+        return fn
+
+    return mark

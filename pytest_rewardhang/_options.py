@@ -1,0 +1,438 @@
+"""Command-line options, their ini twins, and validation that names where a bad value came from.
+
+Precedence: per-scorer key > command line > ini > default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pytest
+
+if TYPE_CHECKING:
+    from ._baseline import Limit
+
+T = TypeVar("T")
+
+FAILURE_KINDS = ("timeout", "error", "crashed", "memory", "leak")
+
+
+@dataclass(frozen=True)
+class Settings:
+    deadline: float
+    max_chars: int
+    memory_mb: float | None
+    seed: int
+    json_path: Path | None
+    fail_on: frozenset[str]
+    scorer_lines: tuple[tuple[str, str], ...]  # (line, where it was declared)
+    save_dir: Path
+    #: Extra corpus directories, after the bundled ones: their families shadow ours.
+    corpora: tuple[Path, ...] = ()
+    #: Only these families (None: all); the source of the selection, for messages.
+    families: frozenset[str] | None = None
+    families_source: str = ""
+    strict_complexity: bool = False
+    #: Hypothesis examples per scorer for the targeted search (0: no search).
+    search: int = 0
+    #: Where every input past its deadline is written as a corpus file (None: nowhere).
+    save_corpus: Path | None = None
+    #: ``--reward-hang-save-baseline``: where this run's timings are written (None: nowhere).
+    save_baseline: Path | None = None
+    #: ``--reward-hang-compare``: the baseline each item is compared with (None: no comparison).
+    compare_baseline: Path | None = None
+    compare_fail: tuple[Limit, ...] = ()
+    #: A pinned machine calibration figure in seconds (None: measure it at session start).
+    calibration: float | None = None
+    #: ``--reward-hang-changed``: only scorers whose sources changed since this git ref.
+    changed_ref: str | None = None
+    #: ``reward_hang_known`` lines: specs, ids or ``scorer-id::family``.
+    known: tuple[str, ...] = ()
+
+
+# (cli flag, ini name, help, ini type, default)
+_VALUED: list[tuple[str, str, str, str, str | None]] = [
+    (
+        "--reward-hang-deadline",
+        "reward_hang_deadline",
+        "seconds one scorer call may take",
+        "string",
+        "2",
+    ),
+    (
+        "--reward-hang-max-chars",
+        "reward_hang_max_chars",
+        "largest generated response, in characters (131072: about a 32k-token response)",
+        "string",
+        "131072",
+    ),
+    (
+        "--reward-hang-memory-mb",
+        "reward_hang_memory_mb",
+        "MiB a scorer call may allocate on top of its process; 0 for no limit",
+        "string",
+        "4096",
+    ),
+    ("--reward-hang-seed", "reward_hang_seed", "seed of every generated input", "string", "0"),
+    ("--reward-hang-json", "reward_hang_json", "write a JSON report to this path", "string", None),
+    (
+        "--reward-hang-fail-on",
+        "reward_hang_fail_on",
+        f"comma-separated outcomes that fail a scorer, of {','.join(FAILURE_KINDS)} (default: all)",
+        "string",
+        ",".join(FAILURE_KINDS),
+    ),
+    (
+        "--reward-hang-save-dir",
+        "reward_hang_save_dir",
+        "where the exact input of every failing case is saved",
+        "string",
+        ".reward-hang/cases",
+    ),
+    (
+        "--reward-hang-search",
+        "reward_hang_search",
+        "run a Hypothesis targeted search of N examples per scorer for slow inputs (0: off)",
+        "string",
+        "0",
+    ),
+    (
+        "--reward-hang-save",
+        "reward_hang_save",
+        "write every input that ran past its deadline, shrunk, as a corpus file into this "
+        "directory",
+        "string",
+        None,
+    ),
+]
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("reward-hang", "reward function hang checks (pytest-rewardhang)")
+    group.addoption(
+        "--reward-hang-check",
+        action="store_true",
+        default=False,
+        help="feed every registered reward function hang-inducing inputs under a fork-kill guard",
+    )
+    group.addoption(
+        "--reward-hang-scorer",
+        action="append",
+        default=[],
+        metavar="'SPEC [key=value ...]'",
+        help="check this scorer too (repeatable); SPEC is pkg.mod:attr or path/file.py:attr",
+    )
+    parser.addini(
+        "reward_hang_scorers",
+        type="linelist",
+        default=[],
+        help="scorers to check, one 'SPEC [key=value ...]' a line",
+    )
+    for flag, ini, text, ini_type, default in _VALUED:
+        group.addoption(flag, default=None, help=f"{text} (ini: {ini})")
+        parser.addini(ini, type=ini_type, default=default, help=text)  # type: ignore[arg-type]
+    group.addoption(
+        "--reward-hang-corpus",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="add a corpus directory (repeatable); its families shadow the bundled ones of the "
+        "same name (ini: reward_hang_corpora)",
+    )
+    parser.addini(
+        "reward_hang_corpora",
+        type="paths",
+        default=[],
+        help="corpus directories added to the bundled one, one a line",
+    )
+    group.addoption(
+        "--reward-hang-family",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME...]",
+        help="check only these corpus families (repeatable; ini: reward_hang_families)",
+    )
+    parser.addini(
+        "reward_hang_families",
+        type="args",
+        default=[],
+        help="check only these corpus families (space or comma separated)",
+    )
+    group.addoption(
+        "--reward-hang-strict-complexity",
+        action="store_true",
+        default=None,
+        help="fail every family whose time grows faster than n^1.5, projected hang or not "
+        "(ini: reward_hang_strict_complexity)",
+    )
+    parser.addini(
+        "reward_hang_strict_complexity",
+        type="bool",
+        default=False,
+        help="fail every family whose time grows faster than n^1.5",
+    )
+    _add_ci_options(group, parser)
+
+
+#: Where the baseline lives when neither option names a path; committed, not a cache.
+DEFAULT_BASELINE = "reward-hang-baseline.json"
+
+
+def _add_ci_options(group: pytest.OptionGroup, parser: pytest.Parser) -> None:
+    # Saving is an action, never an ini default: a run must not rewrite the committed file.
+    group.addoption(
+        "--reward-hang-save-baseline",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="write this run's per scorer and family timings to a baseline JSON file "
+        f"(default: the reward_hang_baseline ini, {DEFAULT_BASELINE})",
+    )
+    group.addoption(
+        "--reward-hang-compare",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="compare every item with a saved baseline (default path: the reward_hang_baseline "
+        "ini; ini: reward_hang_compare)",
+    )
+    parser.addini(
+        "reward_hang_baseline",
+        type="string",
+        default=DEFAULT_BASELINE,
+        help="the baseline file, relative to the ini file",
+    )
+    parser.addini(
+        "reward_hang_compare",
+        type="bool",
+        default=False,
+        help="compare every run with the reward_hang_baseline file",
+    )
+    group.addoption(
+        "--reward-hang-compare-fail",
+        action="append",
+        default=[],
+        metavar="FIELD:N%|FIELD:N",
+        help="fail an item whose FIELD (cpu_p50, cpu_p95, cpu_max, peak_mb, growth) regressed "
+        "by more than N%% or N (repeatable; ini: reward_hang_compare_fail)",
+    )
+    parser.addini(
+        "reward_hang_compare_fail",
+        type="args",
+        default=[],
+        help="regression limits, FIELD:N% or FIELD:N, space separated",
+    )
+    group.addoption(
+        "--reward-hang-calibration",
+        default=None,
+        metavar="SECONDS",
+        help="use this machine calibration figure instead of timing the fixed workload "
+        "(ini: reward_hang_calibration)",
+    )
+    parser.addini(
+        "reward_hang_calibration",
+        type="string",
+        default="",
+        help="a pinned machine calibration figure in seconds (empty: measure it)",
+    )
+    # No ini twin: a ref fixed in configuration would silently skip scorers on every run.
+    group.addoption(
+        "--reward-hang-changed",
+        nargs="?",
+        const="HEAD",
+        default=None,
+        metavar="GIT_REF",
+        help="check only scorers whose source, or in-repo modules it imports, changed since "
+        "GIT_REF (default HEAD: uncommitted changes)",
+    )
+    parser.addini(
+        "reward_hang_known",
+        type="linelist",
+        default=[],
+        help="known hangs, reported as xfailed until they stop hanging: a scorer spec or id, "
+        "or scorer-id::family, one a line",
+    )
+
+
+def load(config: pytest.Config) -> Settings:
+    def value(flag: str, ini: str, parse: Callable[[str], T]) -> T:
+        cli = config.getoption(flag)
+        raw, source = (cli, flag) if cli is not None else (config.getini(ini), f"{ini} (ini)")
+        try:
+            return parse(str(raw).strip())
+        except ValueError as exc:
+            raise pytest.UsageError(f"{source}: {exc}, got {raw!r}") from None
+
+    json_raw = value("--reward-hang-json", "reward_hang_json", str)
+    memory = value("--reward-hang-memory-mb", "reward_hang_memory_mb", non_negative_float)
+    lines = [(line, "reward_hang_scorers (ini)") for line in config.getini("reward_hang_scorers")]
+    lines += [(line, "--reward-hang-scorer") for line in config.getoption("--reward-hang-scorer")]
+    save_raw = value("--reward-hang-save", "reward_hang_save", str)
+    families, families_source = _families(config)
+    strict = config.getoption("--reward-hang-strict-complexity")
+    return Settings(
+        deadline=value("--reward-hang-deadline", "reward_hang_deadline", positive_seconds),
+        max_chars=value("--reward-hang-max-chars", "reward_hang_max_chars", positive_int),
+        memory_mb=memory or None,
+        seed=value("--reward-hang-seed", "reward_hang_seed", int_value),
+        json_path=Path(json_raw) if json_raw and json_raw != "None" else None,
+        fail_on=value("--reward-hang-fail-on", "reward_hang_fail_on", fail_on_set),
+        scorer_lines=tuple(lines),
+        save_dir=Path(value("--reward-hang-save-dir", "reward_hang_save_dir", str)),
+        corpora=_corpus_dirs(config),
+        families=families,
+        families_source=families_source,
+        strict_complexity=bool(strict or config.getini("reward_hang_strict_complexity")),
+        search=value("--reward-hang-search", "reward_hang_search", non_negative_int),
+        save_corpus=Path(save_raw) if save_raw and save_raw != "None" else None,
+        **_ci_settings(config),
+    )
+
+
+def _ci_settings(config: pytest.Config) -> dict[str, Any]:
+    from ._baseline import parse_limit
+
+    ini_dir = config.inipath.parent if config.inipath else config.rootpath
+    here = config.invocation_params.dir
+    ini_baseline = ini_dir / str(config.getini("reward_hang_baseline"))
+
+    def baseline_path(flag: str) -> Path | None:
+        raw = config.getoption(flag)
+        if raw is None:
+            return None
+        return here / raw if raw else ini_baseline
+
+    compare = baseline_path("--reward-hang-compare")
+    if compare is None and config.getini("reward_hang_compare"):
+        compare = ini_baseline
+    cli_limits = config.getoption("--reward-hang-compare-fail")
+    raw_limits, source = (
+        (cli_limits, "--reward-hang-compare-fail")
+        if cli_limits
+        else (config.getini("reward_hang_compare_fail"), "reward_hang_compare_fail (ini)")
+    )
+    limits = []
+    for raw in raw_limits:
+        try:
+            limits.append(parse_limit(raw))
+        except ValueError as exc:
+            raise pytest.UsageError(f"{source}: {exc}, got {raw!r}") from None
+    cli_calibration = config.getoption("--reward-hang-calibration")
+    raw_calibration, source = (
+        (cli_calibration, "--reward-hang-calibration")
+        if cli_calibration is not None
+        else (config.getini("reward_hang_calibration"), "reward_hang_calibration (ini)")
+    )
+    calibration = None
+    if str(raw_calibration).strip():
+        try:
+            calibration = positive_seconds(str(raw_calibration).strip())
+        except ValueError as exc:
+            raise pytest.UsageError(f"{source}: {exc}, got {raw_calibration!r}") from None
+    changed = config.getoption("--reward-hang-changed")
+    if changed is not None and not changed.strip():
+        raise pytest.UsageError("--reward-hang-changed: expected a git ref, got ''")
+    return {
+        "save_baseline": baseline_path("--reward-hang-save-baseline"),
+        "compare_baseline": compare,
+        "compare_fail": tuple(limits),
+        "calibration": calibration,
+        "changed_ref": changed,
+        "known": tuple(config.getini("reward_hang_known")),
+    }
+
+
+def _corpus_dirs(config: pytest.Config) -> tuple[Path, ...]:
+    """Ini directories are relative to the ini file; command-line ones to where pytest ran."""
+    found: list[Path] = []
+    sources = [(Path(p), "reward_hang_corpora (ini)") for p in config.getini("reward_hang_corpora")]
+    here = config.invocation_params.dir
+    sources += [
+        (here / p, "--reward-hang-corpus") for p in config.getoption("--reward-hang-corpus")
+    ]
+    for path, source in sources:
+        if not path.is_dir():
+            raise pytest.UsageError(f"{source}: no such corpus directory, got {str(path)!r}")
+        found.append(path.resolve())
+    return tuple(found)
+
+
+def _families(config: pytest.Config) -> tuple[frozenset[str] | None, str]:
+    cli = config.getoption("--reward-hang-family")
+    raw, source = (
+        (cli, "--reward-hang-family")
+        if cli
+        else (
+            config.getini("reward_hang_families"),
+            "reward_hang_families (ini)",
+        )
+    )
+    names = frozenset(part.strip() for entry in raw for part in entry.split(",") if part.strip())
+    return (names or None), source
+
+
+def positive_seconds(raw: str) -> float:
+    try:
+        number = float(raw)
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError("expected a positive number of seconds")
+    return number
+
+
+def non_negative_float(raw: str) -> float:
+    try:
+        number = float(raw)
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError("expected a number of MiB, 0 for no limit")
+    return number
+
+
+def positive_int(raw: str) -> int:
+    try:
+        number = int(raw)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise ValueError("expected a positive whole number")
+    return number
+
+
+def non_negative_int(raw: str) -> int:
+    try:
+        number = int(raw)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise ValueError("expected a whole number of examples, 0 for none")
+    return number
+
+
+def int_value(raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError("expected a whole number") from None
+
+
+def fail_on_set(raw: str) -> frozenset[str]:
+    kinds = frozenset(part.strip() for part in raw.split(",") if part.strip())
+    unknown = sorted(kinds - set(FAILURE_KINDS))
+    if unknown:
+        raise ValueError(
+            f"unknown outcome {', '.join(unknown)}; choose from {', '.join(FAILURE_KINDS)}"
+        )
+    return kinds
+
+
+def as_dict(settings: Settings) -> dict[str, Any]:
+    return {"deadline": settings.deadline, "max_chars": settings.max_chars, "seed": settings.seed}

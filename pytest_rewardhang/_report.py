@@ -1,0 +1,320 @@
+"""What a run tells people: failure messages, the summary table, JSON, GitHub annotations."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._growth import SUPERLINEAR
+from ._outcome import Status
+
+if TYPE_CHECKING:
+    from ._check import CaseResult, ScorerCheck
+    from ._growth import Growth
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.+)$')
+_THIRD_PARTY = ("site-packages", "dist-packages", f"{os.sep}lib{os.sep}python")
+
+
+def stuck_frames(
+    stack: str | None, rootdir: Path
+) -> tuple[tuple[str, int, str] | None, list[tuple[str, int, str]]]:
+    """``(innermost frame, the user's own frames)`` of the first thread running user code.
+
+    The scorer may run off the main thread, so "Current thread" is not necessarily the stuck one.
+    """
+    package = str(Path(__file__).parent)
+    root = str(rootdir)
+    for block in (stack or "").split("\n\n"):
+        frames = [
+            (m["file"], int(m["line"]), m["func"])
+            for m in map(_FRAME.match, block.splitlines())
+            if m is not None
+        ]
+        mine = [
+            (_relative(file, rootdir), line, func)
+            for file, line, func in frames
+            if not file.startswith(package)
+            and not any(part in file for part in _THIRD_PARTY)
+            and (file.startswith(root) or not os.path.isabs(file))
+        ]
+        if mine:
+            file, line, func = frames[0]
+            return (_relative(file, rootdir), line, func), mine
+    return None, []
+
+
+def _relative(file: str, rootdir: Path) -> str:
+    try:
+        return Path(file).relative_to(rootdir).as_posix()
+    except ValueError:
+        return file
+
+
+def failure_message(
+    check: ScorerCheck, family: str, failing: list[CaseResult], rootdir: Path
+) -> str:
+    scorer = check.scorer
+    hangs = [r for r in failing if r.outcome.status is Status.TIMEOUT]
+    if hangs:
+        first = hangs[0]
+        head = (
+            f"hangs: case {first.case.id} ({first.chars} chars) ran past the "
+            f"{check.deadline:g} s deadline"
+        )
+    else:
+        head = (
+            f"{len(failing)} case(s) failed: {failing[0].case.id}: {failing[0].outcome.describe()}"
+        )
+    lines = [head, f"scorer {scorer.id} = {scorer.spec} (declared in {scorer.declared_in})"]
+    for result in failing:
+        out = result.outcome
+        word = "HANG" if out.status is Status.TIMEOUT else str(out.status).upper()
+        word = "LEAK" if out.status is Status.OK else word
+        lines.append("")
+        lines.append(
+            f"{word} case {result.case.id} ({result.chars} chars: {result.case.description}): "
+            f"wall {out.wall_s:.2f} s, cpu {out.cpu_s:.2f} s, deadline {check.deadline:g} s"
+        )
+        if out.status is Status.TIMEOUT:
+            if result.fresh is not None:
+                alone = result.fresh.status is Status.TIMEOUT
+                lines.append(
+                    "  hangs on its own: a fresh worker timed out too"
+                    if alone
+                    else "  only in a long-lived worker: a fresh worker finished it in "
+                    f"{result.fresh.wall_s:.2f} s ({result.fresh.status})"
+                )
+            innermost, frames = stuck_frames(out.stack, rootdir)
+            if frames:
+                lines.append("  stuck in the scorer at (innermost first):")
+                lines += [f"    {file}:{line} in {func}" for file, line, func in frames[:8]]
+            if innermost is not None and innermost != frames[0]:
+                lines.append(f"  innermost frame: {innermost[0]}:{innermost[1]} in {innermost[2]}")
+        else:
+            lines.append("  " + _problem(result))
+        if result.saved is not None:
+            saved = _relative(str(result.saved), rootdir)
+            lines.append(f"  input saved to {saved}")
+            lines.append(f"  reproduce: python -m pytest_rewardhang repro {shlex.quote(saved)}")
+    return "\n".join(lines)
+
+
+def growth_message(check: ScorerCheck, growths: list[Growth], projected: bool) -> str:
+    scorer = check.scorer
+    worst = growths[0]
+    if projected:
+        head = (
+            f"hangs (projected): time grows as n^{worst.exponent:.2f}, "
+            f"{worst.projected_s:.3g} s at {worst.max_chars} chars, past the "
+            f"{check.deadline:g} s deadline"
+        )
+    else:
+        head = (
+            f"super-linear: time grows as n^{worst.exponent:.2f} "
+            f"(above n^{SUPERLINEAR:g}, --reward-hang-strict-complexity)"
+        )
+    return f"{head}\nscorer {scorer.id} = {scorer.spec} (declared in {scorer.declared_in})"
+
+
+def growth_lines(growths: list[Growth]) -> str:
+    if not growths:
+        return ""
+    return "\n\ngrowth (power-law fit over the size ladder):\n" + "\n".join(
+        f"  {g.describe()}" for g in growths
+    )
+
+
+def _problem(result: CaseResult) -> str:
+    out = result.outcome
+    if out.status is Status.OK and out.leaked:
+        return f"left {out.leaked} process(es) running after it returned (killed)"
+    if out.error:
+        return out.error.splitlines()[0]
+    return out.describe()
+
+
+def item_record(
+    check: ScorerCheck, family: str, results: list[CaseResult], verdict: str
+) -> dict[str, Any]:
+    return {
+        "id": check.scorer.id,
+        "spec": check.scorer.spec,
+        "family": family,
+        "verdict": verdict,
+        "expect_hang": check.scorer.expect_hang,
+        "deadline": check.deadline,
+        "cases": [
+            {
+                "id": r.case.id,
+                "family": r.case.family,
+                "chars": r.chars,
+                "status": str(r.outcome.status),
+                "wall_s": round(r.outcome.wall_s, 4),
+                "cpu_s": round(r.outcome.cpu_s, 4),
+                "leaked": r.outcome.leaked,
+                "fresh_status": str(r.fresh.status) if r.fresh else None,
+                "stuck_at": _stuck(r, check),
+                "saved": str(r.saved) if r.saved else None,
+            }
+            for r in results
+        ],
+    }
+
+
+def _stuck(result: CaseResult, check: ScorerCheck) -> list[Any] | None:
+    frames = stuck_frames(result.outcome.stack, check.rootdir)[1]
+    return list(frames[0]) if frames else None
+
+
+class Summary:
+    """Per-scorer results gathered from item reports (so xdist workers' results count too)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        #: ``{id, family, entry, comparison?}`` per item that measured a baseline entry.
+        self.baselines: list[dict[str, Any]] = []
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+
+    def add_baseline(self, carried: dict[str, Any]) -> None:
+        self.baselines.append(carried)
+
+    def baseline_entries(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """What ``--reward-hang-save-baseline`` writes: entries of the items that passed."""
+        passed = {(r["id"], r["family"]) for r in self.records if r["verdict"] == "ok"}
+        return [
+            (b["id"], b["family"], b["entry"])
+            for b in self.baselines
+            if (b["id"], b["family"]) in passed
+        ]
+
+    def baseline_lines(self) -> list[str]:
+        """New entries (and why) and confirmed regressions, one line each."""
+        lines = []
+        for carried in sorted(self.baselines, key=lambda b: (b["id"], b["family"])):
+            comparison = carried.get("comparison")
+            if comparison is None or comparison["status"] == "ok":
+                continue
+            name = f"{carried['id']}::{carried['family']}"
+            if comparison["status"] == "new":
+                lines.append(f"new baseline entry {name}: {comparison['reason']}")
+            else:
+                lines.append(f"regressed {name}: " + "; ".join(comparison["regressions"]))
+        return lines
+
+    def scorers(self) -> list[dict[str, Any]]:
+        merged: dict[str, dict[str, Any]] = {}
+        for record in sorted(self.records, key=lambda r: (r["id"], r["family"])):
+            entry = merged.setdefault(
+                record["id"],
+                {
+                    "id": record["id"],
+                    "spec": record["spec"],
+                    "cases": [],
+                    "verdicts": [],
+                    "growth": [],
+                },
+            )
+            entry["cases"] += record["cases"]
+            entry["growth"] += [{**g, "family": record["family"]} for g in record.get("growth", [])]
+            entry["verdicts"].append(record["verdict"])
+            entry["expect_hang"] = record.get("expect_hang", False)
+            if "known_from" in record:
+                entry["known_from"] = record["known_from"]
+        for carried in self.baselines:
+            if carried["id"] in merged:
+                found = {**carried["entry"], "comparison": carried.get("comparison")}
+                merged[carried["id"]].setdefault("baseline", {})[carried["family"]] = found
+        for entry in merged.values():
+            verdicts = entry.pop("verdicts")
+            entry["status"] = _scorer_status(verdicts)
+            if entry["expect_hang"] and "hang caught" not in verdicts:
+                entry["status"] = "no longer hangs"
+        return list(merged.values())
+
+    def known_from_ini(self, scorer_id: str) -> bool:
+        return any(r["id"] == scorer_id and "known_from" in r for r in self.records)
+
+    def no_longer_hanging(self) -> list[str]:
+        """Scorers declared ``expect=hang`` that hung on none of the families that ran."""
+        return [e["id"] for e in self.scorers() if e["status"] == "no longer hangs"]
+
+    def table(self) -> list[str]:
+        rows = [
+            ("scorer", "cases", "worst wall", "p95 wall", "timeouts", "errors", "verdict", "growth")
+        ]
+        for entry in self.scorers():
+            walls = sorted(case["wall_s"] for case in entry["cases"]) or [0.0]
+            timeouts = sum(case["status"] == "timeout" for case in entry["cases"])
+            errors = sum(
+                case["status"] in ("error", "crashed", "memory") for case in entry["cases"]
+            )
+            p95 = walls[min(len(walls) - 1, int(0.95 * len(walls)))]
+            steepest = max(entry["growth"], key=lambda g: g["exponent"], default=None)
+            growth = f"n^{steepest['exponent']:.1f} ({steepest['family']})" if steepest else "-"
+            rows.append(
+                (
+                    entry["id"],
+                    str(len(entry["cases"])),
+                    f"{walls[-1]:.2f} s",
+                    f"{p95:.2f} s",
+                    str(timeouts),
+                    str(errors),
+                    entry["status"],
+                    growth,
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        return [
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+            for row in rows
+        ]
+
+    def write_json(self, path: Path, settings: dict[str, Any]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        document = {"settings": settings, "scorers": self.scorers()}
+        path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    def github(self, step_summary: str | None) -> list[str]:
+        """``::error`` annotations at each stuck line, and the table for the step summary."""
+        lines = []
+        for record in self.records:
+            if record["verdict"] in ("regressed", "no longer hangs"):
+                title = "reward hang " + record["verdict"].replace("no longer hangs", "fixed")
+                lines.append(f"::error title={title}::{record['id']}::{record['family']}")
+            if record["verdict"] != "hang":
+                continue
+            for case in record["cases"]:
+                if case["status"] != "timeout":
+                    continue
+                text = f"{record['id']} hangs on {case['id']} ({case['chars']} chars)"
+                if case["stuck_at"]:
+                    file, line, _ = case["stuck_at"]
+                    lines.append(f"::error file={file},line={line},title=reward hang::{text}")
+                else:
+                    lines.append(f"::error title=reward hang::{text}")
+        if step_summary:
+            with open(step_summary, "a", encoding="utf-8") as f:
+                f.write("### Reward hang check\n\n" + _markdown_table(self.scorers()) + "\n")
+        return lines
+
+
+def _markdown_table(scorers: list[dict[str, Any]]) -> str:
+    rows = ["| scorer | cases | timeouts | verdict |", "| --- | ---: | ---: | --- |"]
+    for entry in scorers:
+        timeouts = sum(case["status"] == "timeout" for case in entry["cases"])
+        rows.append(f"| `{entry['id']}` | {len(entry['cases'])} | {timeouts} | {entry['status']} |")
+    return "\n".join(rows)
+
+
+def _scorer_status(verdicts: list[str]) -> str:
+    for verdict in ("problem", "hang", "fail", "regressed", "no longer hangs", "hang caught"):
+        if verdict in verdicts:
+            return verdict
+    return "ok"

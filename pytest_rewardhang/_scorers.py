@@ -1,0 +1,165 @@
+"""Where scorers come from: ini lines, ``--reward-hang-scorer``, ``@scorer``, entry points, hooks.
+
+Nothing here imports a scorer: the controller only reads specs (and, for ``@scorer``, the source
+text), so a heavy or broken scorer module can only ever hurt the worker that imports it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from ._options import positive_seconds
+from ._spec import SpecError, is_file_target, split_spec
+
+KINDS = ("math", "text", "code")
+_KEYS = ("kind", "deadline", "example", "response", "id", "expect", "memory_mb")
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+class ScorerConfigError(Exception):
+    """A scorer declaration that cannot be used; the message names where it was declared."""
+
+
+@dataclass(frozen=True)
+class ScorerSpec:
+    """One reward function to check, and how."""
+
+    spec: str
+    id: str
+    kind: str = "math"
+    deadline: float | None = None
+    example: Path | None = None
+    response: str | None = None
+    expect_hang: bool = False
+    memory_mb: float | None = None
+    declared_in: str = ""
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+def parse_line(line: str, declared_in: str, rootdir: Path) -> ScorerSpec:
+    """``SPEC [key=value ...]`` as written in an ini line or on the command line."""
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        raise ScorerConfigError(f"{declared_in}: {line!r}: {exc}") from None
+    if not words:
+        raise ScorerConfigError(f"{declared_in}: empty scorer line")
+    keys: dict[str, str] = {}
+    for word in words[1:]:
+        key, sep, value = word.partition("=")
+        if not sep:
+            raise ScorerConfigError(f"{declared_in}: {line!r}: expected key=value, got {word!r}")
+        keys[key] = value
+    return build(words[0], keys, declared_in, rootdir)
+
+
+def build(spec: str, keys: dict[str, Any], declared_in: str, rootdir: Path) -> ScorerSpec:
+    where = f"{declared_in}: {spec!r}"
+    try:
+        target, attr = split_spec(spec)
+    except SpecError as exc:
+        raise ScorerConfigError(f"{declared_in}: {exc}") from None
+    unknown = sorted(set(keys) - set(_KEYS))
+    if unknown:
+        raise ScorerConfigError(
+            f"{where}: unknown key {', '.join(unknown)}; known keys: {', '.join(_KEYS)}"
+        )
+    kind = str(keys.get("kind", "math"))
+    if kind not in KINDS:
+        raise ScorerConfigError(f"{where}: kind={kind!r}; choose from {', '.join(KINDS)}")
+    deadline = memory = None
+    try:
+        if "deadline" in keys:
+            deadline = positive_seconds(str(keys["deadline"]))
+        if "memory_mb" in keys:
+            memory = positive_seconds(str(keys["memory_mb"]))
+    except ValueError as exc:
+        raise ScorerConfigError(f"{where}: {exc}") from None
+    expect = keys.get("expect")
+    if expect not in (None, "hang"):
+        raise ScorerConfigError(f"{where}: expect={expect!r}; the only expectation is expect=hang")
+    example = None
+    if keys.get("example"):
+        example = Path(str(keys["example"]))
+        example = example if example.is_absolute() else rootdir / example
+    default_id = Path(target).stem if is_file_target(target) else target.rsplit(".", 1)[-1]
+    scorer_id = str(keys.get("id") or f"{default_id}.{attr}")
+    return ScorerSpec(
+        spec=spec,
+        id=_ID_UNSAFE.sub("_", scorer_id),
+        kind=kind,
+        deadline=deadline,
+        example=example,
+        response=keys.get("response"),
+        expect_hang=expect == "hang",
+        memory_mb=memory,
+        declared_in=declared_in,
+    )
+
+
+def decorated(rootdir: Path, ignore: Iterable[str] = ()) -> Iterator[ScorerSpec]:
+    """``@scorer(...)``-decorated functions below ``rootdir``, found by reading source only."""
+    skip = {".git", ".venv", "venv", "node_modules", "__pycache__", "build", "dist", *ignore}
+    for folder, dirs, files in os.walk(rootdir):
+        dirs[:] = sorted(d for d in dirs if d not in skip and not d.startswith("."))
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            path = Path(folder, name)
+            try:
+                source = path.read_bytes()
+            except OSError:
+                continue
+            if b"scorer(" in source and b"rewardhang" in source:
+                yield from _decorated_in(path, source, rootdir)
+
+
+def _decorated_in(path: Path, source: bytes, rootdir: Path) -> Iterator[ScorerSpec]:
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError:
+        return  # not ours to report: the user's own tests will
+    relative = path.relative_to(rootdir).as_posix()
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for deco in node.decorator_list:
+            if not (isinstance(deco, ast.Call) and _is_scorer_decorator(deco.func)):
+                continue
+            where = f"{relative}:{deco.lineno}"
+            keys: dict[str, Any] = {}
+            for kw in deco.keywords:
+                try:
+                    keys[str(kw.arg)] = ast.literal_eval(kw.value)
+                except ValueError:
+                    raise ScorerConfigError(
+                        f"{where}: @scorer({kw.arg}=...) must be a literal value"
+                    ) from None
+            spec = build(f"{relative}:{node.name}", keys, where, rootdir)
+            yield replace(spec, example=_near(path, keys.get("example"), spec.example))
+
+
+def _near(path: Path, raw: object, default: Path | None) -> Path | None:
+    """An example path in a decorator is relative to the scorer's file."""
+    if isinstance(raw, str) and not Path(raw).is_absolute():
+        return path.parent / raw
+    return default
+
+
+def _is_scorer_decorator(func: ast.expr) -> bool:
+    if isinstance(func, ast.Name):
+        return func.id == "scorer"
+    return isinstance(func, ast.Attribute) and func.attr == "scorer"
+
+
+def from_entry_points(rootdir: Path) -> Iterator[ScorerSpec]:
+    for ep in entry_points(group="pytest_rewardhang.scorers"):
+        yield build(ep.value, {"id": ep.name}, f"entry point {ep.name!r}", rootdir)

@@ -1,0 +1,267 @@
+"""The plugin object registered by ``--reward-hang-check``: collection, running, reporting."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import _baseline, _cases, _changed, _known, _scorers, _source
+from ._check import HARVESTED, IMPORT_BUDGET_S, SEARCH, CaseResult, ScorerCheck
+from ._corpus import CorpusError
+from ._growth import Growth
+from ._items import BASELINE_PROPERTY, PROPERTY, FamilyItem, ScorerNode
+from ._options import Settings, as_dict
+from ._report import Summary
+from ._scorers import ScorerConfigError, ScorerSpec
+
+#: Added to every item's pytest-timeout bound: the outer net must never beat the guard.
+_TIMEOUT_MARGIN_S = 30.0
+
+
+class RewardHangSession:
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.checks: list[ScorerCheck] = []
+        self.summary = Summary()
+        try:
+            self.corpus = _cases.load_corpus(settings.corpora)
+        except CorpusError as exc:
+            raise pytest.UsageError(f"corpus: {exc}") from None
+        if settings.families is not None:
+            unknown = sorted(settings.families - self.corpus.families() - {HARVESTED, SEARCH})
+            if unknown:
+                known = ", ".join(sorted(self.corpus.families() | {HARVESTED, SEARCH}))
+                raise pytest.UsageError(
+                    f"{settings.families_source}: unknown family {', '.join(unknown)}; "
+                    f"known: {known}"
+                )
+        self.known = _known.KnownHangs(frozenset(), frozenset())
+        self.baseline = self._load_baseline()
+        self.calibration_s: float | None = None
+        if settings.save_baseline is not None or settings.compare_baseline is not None:
+            # Once per process, before any scorer runs: xdist workers calibrate themselves.
+            self.calibration_s = settings.calibration or _baseline.calibrate()
+        self._source_hashes: dict[str, str | None] = {}
+        self.baseline_notes: list[str] = []
+        self.changed_files: set[Path] | None = None
+        if settings.changed_ref is not None:
+            try:
+                self.changed_files = _changed.changed_files(settings.changed_ref, config.rootpath)
+            except _changed.ChangedError as exc:
+                raise pytest.UsageError(f"--reward-hang-changed: {exc}") from None
+
+    def _load_baseline(self) -> dict[str, dict[str, dict[str, Any]]] | None:
+        path = self.settings.compare_baseline
+        if path is None:
+            return None
+        if not path.exists() and self.settings.save_baseline is not None:
+            return {}  # the first run of a project writes the baseline it will compare with
+        try:
+            return _baseline.load(path)
+        except _baseline.BaselineError as exc:
+            raise pytest.UsageError(f"--reward-hang-compare: {exc}") from None
+
+    # --- baselines ----------------------------------------------------------------------------
+
+    def baseline_entry(
+        self,
+        check: ScorerCheck,
+        results: list[CaseResult],
+        growth: list[Growth],
+        source: Path | None,
+    ) -> dict[str, Any] | None:
+        if self.calibration_s is None:
+            return None
+        scorer_id = check.scorer.id
+        if scorer_id not in self._source_hashes:
+            self._source_hashes[scorer_id] = _baseline.source_hash(source, self.config.rootpath)
+        return _baseline.entry(
+            results,
+            growth,
+            calibration_s=self.calibration_s,
+            source=self._source_hashes[scorer_id],
+            corpus_version=self.corpus.version,
+        )
+
+    def compare(
+        self, scorer_id: str, family: str, now: dict[str, Any]
+    ) -> _baseline.Comparison | None:
+        if self.baseline is None:
+            return None
+        before = self.baseline.get(scorer_id, {}).get(family)
+        return _baseline.compare(now, before, self.settings.compare_fail)
+
+    # --- collection ---------------------------------------------------------------------------
+
+    def scorer_specs(self) -> list[ScorerSpec]:
+        rootdir = self.config.rootpath
+        specs: list[ScorerSpec] = []
+        try:
+            for line, where in self.settings.scorer_lines:
+                specs.append(_scorers.parse_line(line, where, rootdir))
+            specs += _scorers.decorated(rootdir)
+            specs += _scorers.from_entry_points(rootdir)
+            for result in self.config.hook.pytest_reward_hang_scorers(config=self.config):
+                for entry in result or []:
+                    if isinstance(entry, ScorerSpec):
+                        specs.append(entry)
+                    else:
+                        specs.append(
+                            _scorers.parse_line(
+                                str(entry), "pytest_reward_hang_scorers hook", rootdir
+                            )
+                        )
+        except ScorerConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        seen: dict[str, ScorerSpec] = {}
+        for spec in specs:
+            if spec.id in seen:
+                raise pytest.UsageError(
+                    f"scorer id {spec.id!r} is declared twice ({seen[spec.id].declared_in}; "
+                    f"{spec.declared_in}): give one of them id=NAME"
+                )
+            seen[spec.id] = spec
+        families = self.corpus.families() | {HARVESTED, SEARCH}
+        try:
+            self.known = _known.resolve(self.settings.known, specs, families)
+        except _known.KnownError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        return self.known.apply(specs)
+
+    @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        user_timeout = _user_timeout(config)
+        for spec in self.scorer_specs():
+            check = ScorerCheck(spec, self.settings, config.rootpath)
+            self.checks.append(check)
+            node = ScorerNode.from_parent(session, name=spec.id, nodeid=spec.id)
+            source = _source.locate(check.spec, config.rootpath)
+            made: list[pytest.Item] = []
+            for family in check.families():
+                item = FamilyItem.from_parent(node, name=family, family=family, session_plugin=self)
+                item.check = check
+                item.source = source
+                item.known_hang = self.known.item(spec.id, family)
+                item.add_marker(pytest.mark.reward_hang)
+                # Cases, their fresh re-runs (or the baseline's replay) and the example, each up
+                # to the deadline.
+                runs = 3 if self.baseline is not None else 2
+                bound = IMPORT_BUDGET_S + (runs * check.case_count(family) + 1) * check.deadline
+                bound += _TIMEOUT_MARGIN_S
+                item.add_marker(pytest.mark.timeout(max(bound, user_timeout)))
+                made.append(item)
+            # Reported like any collected node, so "collected N items" counts ours too.
+            report = pytest.CollectReport(node.nodeid, "passed", None, list(made))
+            config.hook.pytest_collectreport(report=report)
+            if self.changed_files is not None and not self._touched_by_change(check, source[0]):
+                config.hook.pytest_deselected(items=made)
+                continue
+            items += made
+
+    def _touched_by_change(self, check: ScorerCheck, source: Path | None) -> bool:
+        """Whether the scorer, its in-repo imports or its example changed since the ref."""
+        assert self.changed_files is not None
+        if source is None:
+            return False  # outside the repository: a pull request cannot change it
+        watched = _changed.dependencies(source, self.config.rootpath)
+        if check.scorer.example is not None:
+            watched.add(check.scorer.example.resolve())
+        return bool(watched & self.changed_files)
+
+    # --- running and reporting ----------------------------------------------------------------
+
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        hang = ("reward_hang_verdict", "hang") in report.user_properties
+        if report.when == "call" and report.failed and hang:
+            return "failed", "H", ("HANG", {"red": True})
+        return None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        for name, value in report.user_properties:
+            if name == PROPERTY:
+                self.summary.add(json.loads(str(value)))
+            elif name == BASELINE_PROPERTY:
+                self.summary.add_baseline(json.loads(str(value)))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        controller = self.config.pluginmanager.hasplugin("dsession")  # xdist: workers collect
+        if not self.checks and not controller:
+            terminalreporter.write_line(
+                "reward hang check: no scorers are registered (reward_hang_scorers ini, "
+                "--reward-hang-scorer, @pytest_rewardhang.scorer, entry points or hook)",
+                yellow=True,
+            )
+        if not self.summary.records:
+            return
+        terminalreporter.write_sep("=", "reward hang check")
+        for line in self.summary.table():
+            terminalreporter.write_line(line)
+        for scorer_id in self.summary.no_longer_hanging():
+            where, fix = (
+                ("listed in reward_hang_known", "remove the entry")
+                if self.summary.known_from_ini(scorer_id)
+                else ("declared expect=hang", "remove expect=hang")
+            )
+            terminalreporter.write_line(
+                f"FAILED {scorer_id}: {where}, but none of its families hung: "
+                f"if the scorer is fixed, {fix}",
+                red=True,
+            )
+        baseline_lines = self.summary.baseline_lines() + self.baseline_notes
+        if baseline_lines:
+            terminalreporter.write_sep("-", "reward hang baseline")
+            for line in baseline_lines:
+                terminalreporter.write_line(line, red=line.startswith("regressed"))
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            for line in self.summary.github(os.environ.get("GITHUB_STEP_SUMMARY")):
+                terminalreporter.write_line(line)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        for check in self.checks:
+            check.close()
+        stale = self.summary.no_longer_hanging() and not hasattr(self.config, "workerinput")
+        if stale and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        path = self.settings.json_path
+        if path is not None and not hasattr(self.config, "workerinput"):
+            target = path if path.is_absolute() else self.config.invocation_params.dir / path
+            settings = {**as_dict(self.settings), "corpus_version": self.corpus.version}
+            self.summary.write_json(target, settings)
+        save = self.settings.save_baseline
+        if save is not None and not hasattr(self.config, "workerinput"):
+            # The controller writes it, from the item reports: xdist workers only measure.
+            written = _baseline.save(save, self.summary.baseline_entries())
+            self.baseline_notes.append(f"baseline written: {save} ({written} entries)")
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        for check in self.checks:
+            check.close()
+
+
+def _user_timeout(config: pytest.Config) -> float:
+    """The user's own pytest-timeout setting: our bound never undercuts it."""
+    for raw in (config.getoption("timeout", None), _ini(config, "timeout")):
+        try:
+            if raw not in (None, ""):
+                return max(float(str(raw)), 0.0)
+        except ValueError:
+            continue
+    return 0.0
+
+
+def _ini(config: pytest.Config, name: str) -> object:
+    try:
+        return config.getini(name)
+    except ValueError:
+        return None

@@ -1,0 +1,191 @@
+"""The worker side of the guarded Pool: a warm process that scores item after item.
+
+A worker reads batches of pickled items from its task pipe and answers each item with one result
+frame on its result pipe *before* it starts the next item, so the caller always knows which item
+is running and since when: a crash or a kill loses exactly the current item and nothing else.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pickle
+import resource
+import struct
+import termios
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import _proctree
+from ._fork import OUTPUT_LIMIT, call, pickle_frame, setup_child, write_all
+from ._outcome import Status
+
+#: Task frame: payload length and item count, the items' indexes (``!Q`` each), then the
+#: pickled list of items (a tuple of positional or a dict of keyword arguments each).
+TASK = struct.Struct("!QQ")
+#: Result frame: payload length, output length, output bytes dropped, index, leaked, wall,
+#: cpu of the item, cpu of the worker so far, monotonic end time, peak RSS in KiB; then the
+#: output bytes and the pickled ``(status, value, error, exception)``.
+RESULT = struct.Struct("!IIQQIddddQ")
+#: Each worker's pipes, as the worker sees them.
+PIPE_ROLES = ("task_r", "result_w", "output_w", "output_r", "stack_w")
+_FIONREAD_BUF = bytes(4)
+_NO_KWARGS: dict[str, Any] = {}
+
+
+class _Unreadable:
+    """Stands in for an item whose batch the worker could not unpickle."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+_CHUNK = 1 << 20
+
+
+def serve(
+    fn: Callable[..., Any],
+    fds: dict[str, int],
+    memory_mb: float | None,
+    subreaper: bool,
+) -> None:  # pragma: no cover - runs only in a worker; never returns
+    code = 70
+    try:
+        setup_child(fds["output_w"], fds["stack_w"], memory_mb)
+        _Serve(fn, fds["task_r"], fds["result_w"], fds["output_r"], subreaper).loop()
+        code = 0
+    except BaseException:  # noqa: BLE001, S110 - the caller sees the exit and reports the item
+        pass
+    finally:
+        os._exit(code)
+
+
+class _Serve:  # pragma: no cover - worker only
+    def __init__(
+        self, fn: Callable[..., Any], task_r: int, result_w: int, output_r: int, subreaper: bool
+    ) -> None:
+        self.fn = fn
+        self.task_r = task_r
+        self.result_w = result_w
+        self.output_r = output_r
+        os.set_blocking(output_r, False)
+        self.subreaper = subreaper
+        self.children_fd = -1
+        if subreaper:
+            try:
+                pid = os.getpid()
+                self.children_fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY)
+            except OSError:
+                self.children_fd = -1
+        self.buffer = bytearray()
+        self.items = 0
+        self.cpu_mark = 0.0
+        self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    def loop(self) -> None:
+        while True:
+            batch = self._read_batch()
+            if batch is None:
+                return
+            indexes, items = batch
+            # One CPU clock read per item: each item's end is the next one's start.
+            self.cpu_mark = time.process_time()
+            for index, item in zip(indexes, items, strict=False):
+                self._one(index, item)
+
+    def _read_batch(self) -> tuple[list[int], list[Any]] | None:
+        while True:
+            if len(self.buffer) >= TASK.size:
+                size, count = TASK.unpack_from(self.buffer)
+                end = TASK.size + 8 * count + size
+                if len(self.buffer) >= end:
+                    break
+            chunk = os.read(self.task_r, _CHUNK)
+            if not chunk:
+                return None  # the pool closed our task pipe: leave quietly
+            self.buffer += chunk
+        indexes = list(struct.unpack_from(f"!{count}Q", self.buffer, TASK.size))
+        try:
+            items: list[Any] = pickle.loads(self.buffer[TASK.size + 8 * count : end])
+        except Exception as exc:  # noqa: BLE001 - e.g. a class the worker cannot import
+            text = f"{type(exc).__name__}: the items could not be unpickled in the worker: {exc}"
+            items = [_Unreadable(text)] * count
+        del self.buffer[:end]
+        return indexes, items
+
+    def _one(self, index: int, item: Any) -> None:
+        # process_time() reads the same CPU accounting as getrusage() without building a
+        # struct: at 50 µs an item, the guard's own microseconds are what throughput is made of.
+        cpu_before = self.cpu_mark
+        start = time.perf_counter()
+        if type(item) is tuple:
+            frame = call(self.fn, item, _NO_KWARGS)
+        elif type(item) is dict:
+            frame = call(self.fn, (), item)
+        else:
+            frame = (Status.ERROR.value, None, item.text, None)
+        wall = time.perf_counter() - start
+        leaked = self._leaked()
+        output, dropped = self._output()
+        cpu_total = self.cpu_mark = time.process_time()
+        # The peak only grows during an item that allocates, which takes time: a quick item
+        # cannot have moved it far since the last look.
+        self.items += 1
+        if wall > 0.001 or not self.items % 64:
+            self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        payload = pickle_frame(frame)
+        header = RESULT.pack(
+            len(payload),
+            len(output),
+            dropped,
+            index,
+            leaked,
+            wall,
+            cpu_total - cpu_before,
+            cpu_total,
+            time.monotonic(),
+            self.max_rss,
+        )
+        write_all(self.result_w, header + output + payload)
+
+    def _leaked(self) -> int:
+        """Kill what the item left running; cheap when it started nothing."""
+        if not self.subreaper:
+            return 0
+        # Orphans re-parent to the main thread, so its children list sees every leftover
+        # unless another thread forked one; then the full walk is needed.
+        if (
+            self.children_fd >= 0
+            and threading.active_count() == 1
+            and not os.pread(self.children_fd, 64, 0).strip()
+        ):
+            return 0
+        leaked = _proctree.kill_descendants(os.getpid())
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+        return leaked
+
+    def _output(self) -> tuple[bytes, int]:
+        waiting = struct.unpack("i", fcntl.ioctl(self.output_r, termios.FIONREAD, _FIONREAD_BUF))
+        if not waiting[0]:
+            return b"", 0
+        kept = bytearray()
+        dropped = 0
+        while True:
+            try:
+                chunk = os.read(self.output_r, _CHUNK)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            room = max(OUTPUT_LIMIT - len(kept), 0)
+            kept += chunk[:room]
+            dropped += max(len(chunk) - room, 0)
+        return bytes(kept), dropped

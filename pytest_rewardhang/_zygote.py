@@ -1,0 +1,192 @@
+"""The zygote: a fresh interpreter that imports the scorer once and forks warm workers from itself.
+
+It is started with ``posix_spawn`` of the caller's interpreter, so it holds none of the caller's
+threads, locks or heap: forking a worker from it costs the same whether the caller is a 50 MiB
+script or a 40 GiB trainer, and cannot inherit a lock some trainer thread held at the fork.
+
+It is single-threaded and waits in ``poll()`` on its control socket, the caller's pidfd and one
+pidfd per worker. Workers are its children, so it is the one that can freeze (``waitid``), kill
+and reap them; the caller asks over the socket and hears back every death with its wait status
+and resource usage. It dies with the caller (the caller's pidfd turns readable) and takes every
+worker with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from . import _proctree
+from ._fork import kill_tree
+from ._worker import PIPE_ROLES, serve
+
+#: The socket's fd in the zygote; the caller's spawn puts it there.
+SOCKET_FD = 3
+WID = struct.Struct("!Q")
+SPAWNED = struct.Struct("!Qi")
+#: worker id, wait status (-1 when it could not be reaped), cpu seconds, peak RSS KiB, leaked.
+EXITED = struct.Struct("!QiddI")
+
+
+def main() -> None:  # pragma: no cover - runs in the zygote process
+    os.closerange(SOCKET_FD + 1, 1 << 16)  # fds a C library in the caller forgot to mark CLOEXEC
+    sock = socket.socket(fileno=SOCKET_FD)
+    caller = os.getppid()
+    caller_pidfd = os.pidfd_open(caller)
+    if os.getppid() != caller:
+        os._exit(1)
+    # Inherited ignore dispositions survive exec; ignored SIGCHLD would reap workers unseen.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    config: dict[str, Any] = pickle.loads(sock.recv(1 << 20))
+    sys.path[:] = config["path"]
+    try:
+        fn = _resolve(config["target"])
+    except BaseException as exc:  # noqa: BLE001 - the caller raises it with this text
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        sock.send(b"E" + text.encode("utf-8", "replace"))
+        os._exit(1)
+    libc = _proctree._libc()
+    if libc is not None:  # orphans of a crashed worker come to us, to be killed
+        libc.prctl(_proctree._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    # Everything imported so far is shared with every worker: keep the cyclic collector from
+    # writing to it, which would copy each page into each worker on its first collection.
+    gc.freeze()
+    sock.send(b"R")
+    _Zygote(sock, caller_pidfd, fn, config["memory_mb"]).loop()
+    os._exit(0)
+
+
+def _resolve(target: tuple[Any, ...]) -> Callable[..., Any]:  # pragma: no cover - zygote only
+    from ._spec import SpecError, load_callable
+
+    if target[0] == "spec":
+        return load_callable(target[1])
+    if target[0] == "pickle":
+        fn: Callable[..., Any] = pickle.loads(target[1])
+        return fn
+    _, module, qualname, path = target
+    try:
+        return load_callable(f"{module}:{qualname}")
+    except SpecError:
+        if not path.endswith(".py"):
+            raise
+        return load_callable(f"{path}:{qualname}")
+
+
+class _Zygote:  # pragma: no cover - zygote only
+    def __init__(
+        self,
+        sock: socket.socket,
+        caller_pidfd: int,
+        fn: Callable[..., Any],
+        memory_mb: float | None,
+    ) -> None:
+        self.sock = sock
+        self.caller_pidfd = caller_pidfd
+        self.fn = fn
+        self.memory_mb = memory_mb
+        self.workers: dict[int, tuple[int, int]] = {}
+        self.by_pidfd: dict[int, int] = {}
+        #: Workers killed and not reaped yet, with how many descendants they had.
+        self.killed: dict[int, int] = {}
+        self.poller = select.poll()
+        self.poller.register(sock.fileno(), select.POLLIN)
+        self.poller.register(caller_pidfd, select.POLLIN)
+
+    def loop(self) -> None:
+        while True:
+            for fd, _ in self.poller.poll():
+                if fd == self.caller_pidfd:
+                    return self.shutdown()
+                if fd == self.sock.fileno():
+                    try:
+                        message, fds, _, _ = socket.recv_fds(self.sock, 256, len(PIPE_ROLES))
+                    except ConnectionError:
+                        message, fds = b"", []
+                    if not message or message[:1] == b"Q":
+                        for extra in fds:
+                            os.close(extra)
+                        return self.shutdown()
+                    if message[:1] == b"F":
+                        self.fork(WID.unpack_from(message, 1)[0], fds)
+                    elif message[:1] == b"K":
+                        self.kill(WID.unpack_from(message, 1)[0])
+                elif fd in self.by_pidfd:
+                    wid = self.by_pidfd[fd]
+                    self.reap(wid, self.killed.pop(wid, 0))
+
+    def fork(self, wid: int, fds: list[int]) -> None:
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(self.sock.fileno())
+                os.close(self.caller_pidfd)
+                for pidfd in self.by_pidfd:
+                    os.close(pidfd)
+                os.setsid()
+                subreaper = _proctree.become_subreaper(parent)
+                serve(self.fn, dict(zip(PIPE_ROLES, fds, strict=True)), self.memory_mb, subreaper)
+            finally:
+                os._exit(70)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        self.workers[wid] = (pid, pidfd)
+        self.by_pidfd[pidfd] = wid
+        self.poller.register(pidfd, select.POLLIN)
+        socket.send_fds(self.sock, [b"P" + SPAWNED.pack(wid, pid)], [pidfd])
+
+    def kill(self, wid: int) -> None:
+        """Kill a worker's tree; it is reaped when its pidfd fires, so a fork can go first."""
+        if wid not in self.workers or wid in self.killed:
+            return  # it died on its own first; its exit is reported when reaped
+        pid, pidfd = self.workers[wid]
+        self.killed[wid] = kill_tree(pid, pidfd)
+
+    def reap(self, wid: int, leaked: int) -> None:
+        pid, pidfd = self.workers.pop(wid)
+        del self.by_pidfd[pidfd]
+        self.poller.unregister(pidfd)
+        os.close(pidfd)
+        status, cpu, rss = -1, float("nan"), 0.0
+        try:
+            _, status, usage = os.wait4(pid, 0)
+            cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+        except ChildProcessError:
+            pass
+        leaked += self.sweep()
+        with contextlib.suppress(OSError):
+            self.sock.send(b"X" + EXITED.pack(wid, status, cpu, rss, leaked))
+
+    def sweep(self) -> int:
+        """Kill what a dead worker left running; it was re-parented to us, the subreaper."""
+        known = {pid for pid, _ in self.workers.values()}
+        killed = 0
+        while True:
+            strays = [pid for pid in _proctree._children(os.getpid()) if pid not in known]
+            if not strays:
+                return killed
+            for pid in strays:
+                # A zombie was killed (and counted) already, below the worker it outlived.
+                killed += _proctree._alive(pid)
+                # Once killed it cannot fork; its children come to us for the next round.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+
+    def shutdown(self) -> None:
+        for wid in list(self.workers):
+            self.kill(wid)
+            self.reap(wid, self.killed.pop(wid, 0))
+        self.sweep()

@@ -1,0 +1,325 @@
+"""Baselines: save, compare (normalised by the machine calibration), replay before failing.
+
+Comparisons run against the stored fixture ``fixtures/baseline.json``; the calibration figure is
+pinned with ``--reward-hang-calibration`` and the slow scorer spins a fixed amount of CPU time, so
+what passes and what fails does not depend on how fast or busy the machine is.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_rewardhang import _baseline, _cases
+
+pytestmark = pytest.mark.timeout(120)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "baseline.json"
+
+SCORERS = '''
+import hashlib
+import os
+import time
+
+SEEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seen")
+
+
+def _spin(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def clean(solution_str, ground_truth):
+    return float(solution_str.rstrip(" .").endswith(ground_truth))
+
+
+def spin(solution_str, ground_truth):
+    _spin(0.1)
+    return 0.0
+
+
+def noisy(solution_str, ground_truth):
+    """Slow only the first time it sees a response: one noisy sample, gone on the replay."""
+    os.makedirs(SEEN, exist_ok=True)
+    mark = os.path.join(SEEN, hashlib.sha256(solution_str.encode("utf-8", "replace")).hexdigest())
+    if not os.path.exists(mark):
+        open(mark, "w").close()
+        _spin(0.1)
+    return 0.0
+'''
+
+FAST = [
+    "--reward-hang-check",
+    "--reward-hang-deadline=1",
+    "--reward-hang-max-chars=2048",
+    "--reward-hang-family=repetition",
+    "-p",
+    "no:cacheprovider",
+]
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(scorers=SCORERS)
+    pytester.makeini("[pytest]\n")
+    return pytester
+
+
+def stored_baseline(project: pytest.Pytester, **changes: dict[str, Any]) -> Path:
+    """The fixture, stamped with this checkout's corpus version and the scorers' source hash."""
+    text = FIXTURE.read_text()
+    text = text.replace("@corpus_version@", _cases.load_corpus().version)
+    found = _baseline.source_hash(project.path / "scorers.py", project.path)
+    text = text.replace("@source_hash@", str(found))
+    document = json.loads(text)
+    for scorer_id, fields in changes.items():
+        if fields:
+            document["scorers"][scorer_id]["repetition"].update(fields)
+        else:
+            del document["scorers"][scorer_id]
+    path = project.path / "baseline.json"
+    path.write_text(json.dumps(document, indent=2, sort_keys=True))
+    return path
+
+
+def scorers(*names: str) -> list[str]:
+    return [f"--reward-hang-scorer=scorers.py:{name}" for name in names]
+
+
+def report(project: pytest.Pytester) -> dict[str, Any]:
+    document = json.loads((project.path / "r.json").read_text())
+    return {entry["id"]: entry for entry in document["scorers"]}
+
+
+def test_a_regressed_scorer_fails_only_its_item_after_a_replay(project: pytest.Pytester) -> None:
+    stored_baseline(project)
+    result = project.runpytest_subprocess(
+        *FAST,
+        *scorers("clean", "spin", "noisy"),
+        "--reward-hang-compare=baseline.json",
+        "--reward-hang-compare-fail=cpu_p95:50%",
+        "--reward-hang-calibration=0.02",
+        "--junitxml=junit.xml",
+        "--reward-hang-json=r.json",
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*regressed against the baseline *baseline.json (confirmed on a replay):",
+            "*cpu_p95 0.01 s -> 0.1* s normalised*over the limit cpu_p95:50%",
+            "*scorers.spin*regressed*",
+            "*- reward hang baseline -*",
+            "regressed scorers.spin::repetition: cpu_p95 0.01 s -> *",
+            "FAILED scorers.spin::repetition - regressed against the baseline*",
+        ]
+    )
+    failed = [
+        case.get("classname")
+        for case in ET.parse(project.path / "junit.xml").iter("testcase")  # noqa: S314 - ours
+        if case.find("failure") is not None
+    ]
+    assert failed == ["scorers.spin"]
+    found = report(project)
+    noisy = found["scorers.noisy"]["baseline"]["repetition"]["comparison"]
+    # Slow on the first run, fast on the replay: the replay's times stand and it passes.
+    assert noisy == {"status": "ok", "reason": "", "regressions": [], "replayed": True}
+    assert found["scorers.clean"]["baseline"]["repetition"]["comparison"]["replayed"] is False
+    assert found["scorers.spin"]["status"] == "regressed"
+
+
+def test_a_slower_machine_does_not_fail(project: pytest.Pytester) -> None:
+    """Ten times the baseline's calibration: 0.1 s measured is the baseline's 0.01 s."""
+    stored_baseline(project)
+    project.makeini(
+        """
+        [pytest]
+        reward_hang_baseline = baseline.json
+        reward_hang_compare = true
+        reward_hang_compare_fail = cpu_p95:50% cpu_max:0.05
+        reward_hang_calibration = 0.2
+        """
+    )
+    result = project.runpytest_subprocess(*FAST, *scorers("spin"), "--reward-hang-json=r.json")
+    result.assert_outcomes(passed=1)
+    comparison = report(project)["scorers.spin"]["baseline"]["repetition"]["comparison"]
+    assert comparison == {"status": "ok", "reason": "", "regressions": [], "replayed": False}
+    # The command line wins over the ini: the same run on a machine as fast as the baseline's.
+    result = project.runpytest_subprocess(*FAST, *scorers("spin"), "--reward-hang-calibration=0.02")
+    result.assert_outcomes(failed=1)
+
+
+def test_changed_source_or_corpus_is_a_new_entry_not_a_regression(
+    project: pytest.Pytester,
+) -> None:
+    stored_baseline(
+        project,
+        **{
+            "scorers.spin": {"source_hash": "sha256:0000000000000000"},
+            "scorers.clean": {"corpus_version": "1:000000000000"},
+            "scorers.noisy": {},
+        },
+    )
+    result = project.runpytest_subprocess(
+        *FAST,
+        *scorers("clean", "spin", "noisy"),
+        "--reward-hang-compare",
+        "baseline.json",
+        "--reward-hang-compare-fail=cpu_p95:1%",
+        "--reward-hang-calibration=0.02",
+    )
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "new baseline entry scorers.clean::repetition: corpus version changed (1:000000000000"
+            " -> *)",
+            "new baseline entry scorers.noisy::repetition: no baseline entry",
+            "new baseline entry scorers.spin::repetition: scorer source changed "
+            "(sha256:0000000000000000 -> sha256:*)",
+        ]
+    )
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_save_writes_one_sorted_file_from_the_controller(
+    project: pytest.Pytester, xdist: list[str]
+) -> None:
+    target = project.path / "ci" / "baseline.json"
+    target.parent.mkdir()
+    kept = {"old.scorer": {"repetition": {"cpu_p95_s": 1.0}}}
+    target.write_text(json.dumps({"format": 1, "scorers": kept}))
+    result = project.runpytest_subprocess(
+        *FAST, *scorers("clean", "spin"), "--reward-hang-save-baseline=ci/baseline.json", *xdist
+    )
+    result.assert_outcomes(passed=2)
+    assert result.stdout.str().count("baseline written:") == 1
+    result.stdout.fnmatch_lines(["baseline written: *ci/baseline.json (2 entries)"])
+    text = target.read_text()
+    document = json.loads(text)
+    assert text == json.dumps(document, indent=2, sort_keys=True) + "\n"
+    assert document["scorers"]["old.scorer"] == kept["old.scorer"]  # not run: left alone
+    spin = document["scorers"]["scorers.spin"]["repetition"]
+    assert set(spin) == {
+        "calibration_s",
+        "cases",
+        "corpus_version",
+        "cpu_max_s",
+        "cpu_p50_s",
+        "cpu_p95_s",
+        "growth_exponent",
+        "peak_mb",
+        "plugin_version",
+        "source_hash",
+        "worst_case",
+    }
+    assert 0.09 <= spin["cpu_p50_s"] <= spin["cpu_p95_s"] <= spin["cpu_max_s"] < 0.5
+    assert spin["worst_case"].startswith("repetition")
+    assert spin["source_hash"] == _baseline.source_hash(project.path / "scorers.py", project.path)
+    assert spin["corpus_version"] == _cases.load_corpus().version
+    assert spin["calibration_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "message"),
+    [
+        (
+            ["--reward-hang-compare-fail=cpu_p95:5x"],
+            "",
+            "ERROR: --reward-hang-compare-fail: expected FIELD:N% or FIELD:N*, got 'cpu_p95:5x'",
+        ),
+        (
+            [],
+            "reward_hang_compare_fail = wall:5%",
+            "ERROR: reward_hang_compare_fail (ini): unknown field wall; choose from cpu_p50, *",
+        ),
+        (
+            ["--reward-hang-calibration=fast"],
+            "",
+            "ERROR: --reward-hang-calibration: expected a positive number of seconds, got 'fast'",
+        ),
+        (
+            ["--reward-hang-compare"],
+            "",
+            "ERROR: --reward-hang-compare: no baseline at *reward-hang-baseline.json: write one "
+            "with --reward-hang-save-baseline",
+        ),
+        (
+            [],
+            "reward_hang_compare = true\nreward_hang_baseline = nowhere.json",
+            "ERROR: --reward-hang-compare: no baseline at *nowhere.json*",
+        ),
+    ],
+)
+def test_bad_baseline_options_get_one_clear_line(
+    project: pytest.Pytester, args: list[str], ini: str, message: str
+) -> None:
+    project.makeini(f"[pytest]\n{ini}\n")
+    result = project.runpytest_subprocess(*FAST, *scorers("clean"), *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+# --- the arithmetic, on stored entries: no process, no timing ---------------------------------
+
+ENTRY = {
+    "calibration_s": 0.02,
+    "corpus_version": "1:abc",
+    "source_hash": "sha256:1",
+    "cpu_p50_s": 0.05,
+    "cpu_p95_s": 0.1,
+    "cpu_max_s": 0.2,
+    "peak_mb": 100.0,
+    "growth_exponent": 1.0,
+}
+
+
+@pytest.mark.parametrize(
+    ("now", "limit", "status"),
+    [
+        ({"cpu_p95_s": 0.14}, "cpu_p95:50%", "ok"),
+        ({"cpu_p95_s": 0.16}, "cpu_p95:50%", "regressed"),
+        # Twice as slow a machine measures twice the time: the same normalised time.
+        ({"cpu_p95_s": 0.3, "calibration_s": 0.04}, "cpu_p95:50%", "ok"),
+        ({"cpu_p95_s": 0.3, "calibration_s": 0.02}, "cpu_p95:50%", "regressed"),
+        ({"cpu_max_s": 0.29}, "cpu_max:0.1", "ok"),
+        ({"cpu_max_s": 0.31}, "cpu_max:0.1", "regressed"),
+        # 100% slower, but by less than the noise floor of a worker round trip.
+        ({"cpu_p50_s": 0.055}, "cpu_p50:5%", "ok"),
+        # Memory and growth are not scaled by the calibration.
+        ({"peak_mb": 130.0, "calibration_s": 0.04}, "peak_mb:25%", "regressed"),
+        ({"growth_exponent": 1.4}, "growth:0.5", "ok"),
+        ({"growth_exponent": 2.0}, "growth:0.5", "regressed"),
+        ({"growth_exponent": None}, "growth:0.5", "ok"),
+    ],
+)
+def test_compare_normalises_cpu_by_the_calibration(
+    now: dict[str, Any], limit: str, status: str
+) -> None:
+    comparison = _baseline.compare({**ENTRY, **now}, ENTRY, [_baseline.parse_limit(limit)])
+    assert comparison.status == status, comparison
+    assert bool(comparison.regressions) == (status == "regressed")
+
+
+def test_compare_reports_new_entries_with_the_reason() -> None:
+    limits = [_baseline.parse_limit("cpu_p95:1%")]
+    assert _baseline.compare(ENTRY, None, limits).reason == "no baseline entry"
+    moved = _baseline.compare({**ENTRY, "source_hash": "sha256:2"}, ENTRY, limits)
+    assert (moved.status, moved.reason) == ("new", "scorer source changed (sha256:1 -> sha256:2)")
+    corpus = _baseline.compare({**ENTRY, "corpus_version": "1:def"}, ENTRY, limits)
+    assert corpus.reason == "corpus version changed (1:abc -> 1:def)"
+
+
+def test_load_refuses_files_that_are_not_baselines(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    path.write_text('{"scorers": {}}')
+    with pytest.raises(_baseline.BaselineError, match="not a reward hang baseline"):
+        _baseline.load(path)
+    path.write_text("{")
+    with pytest.raises(_baseline.BaselineError, match="cannot read the baseline"):
+        _baseline.load(path)
+    assert _baseline.load(FIXTURE)["scorers.spin"]["repetition"]["cpu_p95_s"] == 0.01

@@ -1,0 +1,240 @@
+"""Adopting the gate: known hangs (``reward_hang_known``) and ``--reward-hang-changed``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+SCORERS = """
+def clean(solution_str, ground_truth):
+    return float(solution_str.rstrip(" .").endswith(ground_truth))
+
+
+def c_hang(solution_str, ground_truth):
+    if len(solution_str) > 3000:
+        sum(range(10**13))  # one C call: no signal handler runs until it returns
+    return 0.0
+"""
+
+FAST = [
+    "--reward-hang-check",
+    "--reward-hang-deadline=0.5",
+    "--reward-hang-max-chars=8192",
+    "--reward-hang-family=repetition",
+    "-p",
+    "no:cacheprovider",
+]
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(scorers=SCORERS)
+    return pytester
+
+
+def known(pytester: pytest.Pytester, *entries: str) -> None:
+    lines = "".join(f"\n    {entry}" for entry in entries)
+    pytester.makeini(f"[pytest]\nreward_hang_known ={lines}\n")
+
+
+SCORER_ARGS = ["--reward-hang-scorer=scorers.py:clean", "--reward-hang-scorer=scorers.py:c_hang"]
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_known_items_xfail_while_they_hang_and_fail_once_they_stop(
+    project: pytest.Pytester, xdist: list[str]
+) -> None:
+    known(project, "scorers.c_hang::repetition", "scorers.clean::repetition")
+    result = project.runpytest_subprocess(*FAST, *SCORER_ARGS, "-rxX", *xdist)
+    result.assert_outcomes(xfailed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*XFAIL*scorers.c_hang::repetition*hang caught: 1 case(s) past the deadline*"]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*no longer hangs: scorers.clean::repetition is listed in reward_hang_known but none "
+            "of its cases ran past the deadline*"
+        ]
+    )
+
+
+def test_known_scorers_are_strict_per_scorer(project: pytest.Pytester) -> None:
+    # Two spellings: the spec as registered and the scorer id.
+    known(project, "scorers.py:c_hang", "scorers.clean")
+    result = project.runpytest_subprocess(*FAST, *SCORER_ARGS)
+    result.assert_outcomes(xfailed=1, passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "FAILED scorers.clean: listed in reward_hang_known, but none of its families hung: "
+            "if the scorer is fixed, remove the entry"
+        ]
+    )
+    # Listing only what hangs turns the run green.
+    known(project, "scorers.py:c_hang")
+    result = project.runpytest_subprocess(*FAST, *SCORER_ARGS)
+    result.assert_outcomes(xfailed=1, passed=1)
+    assert result.ret == pytest.ExitCode.OK
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            "scorers.py:missing",
+            "ERROR: reward_hang_known (ini): 'scorers.py:missing' names no registered scorer; "
+            "registered: scorers.c_hang, scorers.clean",
+        ),
+        (
+            "scorers.clean::nonsense",
+            "ERROR: reward_hang_known (ini): 'scorers.clean::nonsense': unknown family "
+            "'nonsense'; known: *",
+        ),
+    ],
+)
+def test_known_entries_naming_nothing_are_refused(
+    project: pytest.Pytester, entry: str, message: str
+) -> None:
+    known(project, entry)
+    result = project.runpytest_subprocess(*FAST, *SCORER_ARGS, "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+# --- --reward-hang-changed ---------------------------------------------------------------------
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "test",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "test",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "HOME": "/nonexistent",
+}
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", *args],  # noqa: S607
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        env={**os.environ, **GIT_ENV},
+        timeout=30,
+    )
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+
+
+@pytest.fixture
+def repo(pytester: pytest.Pytester) -> pytest.Pytester:
+    """Three scorers: one imports an in-repo helper package, one a relative sibling, one stdlib."""
+    root = pytester.path
+    pytester.makeini(
+        """
+        [pytest]
+        reward_hang_scorers =
+            rewards/math.py:compute_score
+            rewards/code.py:compute_score
+            rewards/plain.py:compute_score
+        """
+    )
+    write(root / "rewards/__init__.py", "")
+    write(
+        root / "rewards/math.py",
+        """
+        from helpers.normalize import normalize
+
+
+        def compute_score(solution_str, ground_truth):
+            return float(normalize(solution_str) == ground_truth)
+        """,
+    )
+    write(root / "helpers/__init__.py", "")
+    write(root / "helpers/normalize.py", "def normalize(s):\n    return s.strip()\n")
+    write(
+        root / "rewards/code.py",
+        """
+        from . import _sandbox
+
+
+        def compute_score(solution_str, ground_truth):
+            return _sandbox.run(solution_str)
+        """,
+    )
+    write(root / "rewards/_sandbox.py", "def run(code):\n    return 0.0\n")
+    write(
+        root / "rewards/plain.py",
+        """
+        import re
+
+
+        def compute_score(solution_str, ground_truth):
+            return float(re.sub(r"\\s+", "", solution_str) == ground_truth)
+        """,
+    )
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "scorers")
+    return pytester
+
+
+def selected(pytester: pytest.Pytester, *args: str) -> set[str]:
+    result = pytester.runpytest_subprocess(*FAST, "--collect-only", "-q", *args)
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED), result.stderr
+    return {line.split("::")[0] for line in result.stdout.lines if "::" in line}
+
+
+def test_changed_selects_scorers_whose_sources_or_imports_changed(
+    repo: pytest.Pytester,
+) -> None:
+    root = repo.path
+    assert selected(repo) == {"math.compute_score", "code.compute_score", "plain.compute_score"}
+    assert selected(repo, "--reward-hang-changed") == set()
+    write(root / "helpers/normalize.py", "def normalize(s):\n    return s.strip().lower()\n")
+    assert selected(repo, "--reward-hang-changed") == {"math.compute_score"}
+    git(root, "commit", "-q", "-am", "lowercase")
+    write(root / "rewards/_sandbox.py", "def run(code):\n    return 1.0\n")
+    # Against the commit before: the committed helper change and the uncommitted sandbox one.
+    changed = selected(repo, "--reward-hang-changed=HEAD~1")
+    assert changed == {"math.compute_score", "code.compute_score"}
+    result = repo.runpytest_subprocess(*FAST, "--collect-only", "--reward-hang-changed")
+    result.stdout.fnmatch_lines(["collected 3 items / 2 deselected / 1 selected"])
+
+
+def test_a_new_untracked_scorer_counts_as_changed(repo: pytest.Pytester) -> None:
+    write(
+        repo.path / "rewards/fresh.py",
+        "def compute_score(solution_str, ground_truth):\n    return 0.0\n",
+    )
+    assert selected(
+        repo, "--reward-hang-scorer=rewards/fresh.py:compute_score", "--reward-hang-changed"
+    ) == {"fresh.compute_score"}
+
+
+def test_changed_without_git_or_with_a_bad_ref_says_so_in_one_line(
+    repo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A checkout somewhere above the temporary directory must not be found instead.
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(repo.path.parent))
+    result = repo.runpytest_subprocess(*FAST, "--reward-hang-changed=no-such-ref")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --reward-hang-changed: git cannot diff against 'no-such-ref': fatal: *"]
+    )
+    (repo.path / ".git").rename(repo.path / "not-git")
+    result = repo.runpytest_subprocess(*FAST, "--reward-hang-changed")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --reward-hang-changed: * is not in a git repository: fatal: not a git repository*"]
+    )
+    assert "Traceback" not in result.stderr.str()

@@ -1,0 +1,417 @@
+"""``pytest --reward-hang-check`` end to end: real pytest runs in subprocesses, real hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.timeout(180)
+
+SCORERS = '''
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+
+def clean(solution_str, ground_truth):
+    return float(solution_str.rstrip(" .").endswith(ground_truth))
+
+
+def c_hang(solution_str, ground_truth):
+    if len(solution_str) > 3000:
+        sum(range(10**13))  # one C call: no signal handler runs until it returns
+    return 0.0
+
+
+class _Alarm(Exception):
+    pass
+
+
+def _raise(signum, frame):
+    raise _Alarm
+
+
+def alarm_guarded(solution_str, ground_truth):
+    """Safe on the main thread's signal path; a threaded trainer skips the guard."""
+    guarded = threading.current_thread() is threading.main_thread()
+    if guarded:
+        signal.signal(signal.SIGALRM, _raise)
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+    try:
+        spins = 0
+        while len(solution_str) > 3000:
+            spins += 1
+    except _Alarm:
+        return 0.0
+    finally:
+        if guarded:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    return 0.0
+
+
+def leaks(solution_str, ground_truth):
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    return 0.0
+
+
+def errors(solution_str, ground_truth):
+    if len(solution_str) > 3000:
+        raise ValueError("cannot parse a response this long")
+    return 0.0
+'''
+
+XDIST = pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+FAST = ["--reward-hang-deadline=0.5", "--reward-hang-max-chars=8192", "-p", "no:cacheprovider"]
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(scorers=SCORERS)
+    pytester.makeini("[pytest]\n")
+    return pytester
+
+
+def check(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("--reward-hang-check", *FAST, *args)
+
+
+def assert_line(result: pytest.RunResult, *parts: str) -> None:
+    """Some output line holds every part (xdist and serial runs order them differently)."""
+    lines = result.stdout.lines
+    assert any(all(part in line for part in parts) for line in lines), (parts, "\n".join(lines))
+
+
+def scorer_args(*names: str) -> list[str]:
+    return [f"--reward-hang-scorer=scorers.py:{name}" for name in names]
+
+
+@XDIST
+def test_each_kind_of_scorer_gets_its_verdict(project: pytest.Pytester, xdist: list[str]) -> None:
+    names = ("clean", "c_hang", "alarm_guarded", "leaks", "errors")
+    result = check(
+        project, *scorer_args(*names), "-k", "repetition", "-v", "--reward-hang-json=r.json", *xdist
+    )
+    result.assert_outcomes(passed=1, failed=4)
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert "Traceback" not in out
+    assert "INTERNALERROR" not in out
+    assert_line(result, "scorers.clean::repetition", "PASSED")
+    assert_line(result, "scorers.c_hang::repetition", "HANG")
+    assert_line(result, "scorers.alarm_guarded::repetition", "HANG")
+    assert_line(result, "scorers.leaks::repetition", "FAILED")
+    assert_line(result, "scorers.errors::repetition", "FAILED")
+    result.stdout.fnmatch_lines(
+        [
+            "*hangs: case repetition-8192 (8192 chars) ran past the 0.5 s deadline*",
+            "*hangs on its own: a fresh worker timed out too*",
+            "*stuck in the scorer at (innermost first):*",
+            "*scorers.py:16 in c_hang*",
+            "*input saved to .reward-hang/cases/scorers.c_hang/repetition-8192.json*",
+            "*reproduce: python -m pytest_rewardhang repro *",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*scorers.py:* in alarm_guarded*"])
+    result.stdout.fnmatch_lines(["*left 1 process(es) running after it returned*"])
+    result.stdout.fnmatch_lines(["*ValueError: cannot parse a response this long*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*= reward hang check =*",
+            "scorer*cases*worst wall*p95 wall*timeouts*errors*verdict*",
+        ]
+    )
+    report = json.loads((project.path / "r.json").read_text())
+    by_id = {entry["id"]: entry for entry in report["scorers"]}
+    assert by_id["scorers.clean"]["status"] == "ok"
+    assert by_id["scorers.c_hang"]["status"] == "hang"
+    assert by_id["scorers.errors"]["status"] == "fail"
+    hang_case = by_id["scorers.c_hang"]["cases"][-1]
+    assert hang_case["status"] == "timeout"
+    assert hang_case["chars"] == 8192
+    assert 0.5 <= hang_case["wall_s"] < 0.7
+    assert {"id", "family", "chars", "status", "wall_s", "cpu_s"} <= set(hang_case)
+
+
+def test_saved_case_reproduces_alone(project: pytest.Pytester) -> None:
+    check(project, *scorer_args("c_hang"), "-k", "repetition").assert_outcomes(failed=1)
+    saved = ".reward-hang/cases/scorers.c_hang/repetition-8192.json"
+    repro = subprocess.run(
+        [sys.executable, "-m", "pytest_rewardhang", "repro", saved],
+        cwd=project.path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert repro.returncode == 1
+    assert "timeout: still running at the 0.5 s budget" in repro.stdout
+    assert "in c_hang" in repro.stdout
+
+
+def test_fail_on_selects_what_fails(project: pytest.Pytester) -> None:
+    result = check(
+        project,
+        *scorer_args("leaks", "errors"),
+        "-k",
+        "repetition",
+        "--reward-hang-fail-on=timeout",
+    )
+    result.assert_outcomes(passed=2)
+
+
+@XDIST
+def test_expect_hang_is_strict_both_ways(project: pytest.Pytester, xdist: list[str]) -> None:
+    args = [
+        "--reward-hang-scorer=scorers.py:c_hang expect=hang",
+        "--reward-hang-scorer=scorers.py:clean expect=hang",
+    ]
+    result = check(project, *args, "-k", "repetition", "-rxX", *xdist)
+    result.assert_outcomes(xfailed=1, passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*XFAIL*c_hang::repetition*hang caught*"])
+    result.stdout.fnmatch_lines(
+        ["FAILED scorers.clean: declared expect=hang, but none of its families hung*"]
+    )
+    assert "scorers.c_hang: declared" not in result.stdout.str()
+    # A known hang that still hangs keeps the run green.
+    result = check(project, args[0], "-k", "repetition", *xdist)
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_without_the_flag_the_plugin_is_inert(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(scorers=SCORERS)
+    pytester.makeini("[pytest]\nreward_hang_scorers = scorers.py:c_hang\n")
+    pytester.makepyfile(
+        test_user="""
+        import sys
+        import pytest
+
+        @pytest.mark.reward_hang
+        def test_nothing_heavy_loaded():
+            heavy = ["hypothesis", "pytest_rewardhang._session", "pytest_rewardhang._check",
+                     "pytest_rewardhang._cases", "pytest_rewardhang._items"]
+            assert [name for name in heavy if name in sys.modules] == []
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--strict-markers", "-p", "no:hypothesispytest", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
+    assert "reward hang check" not in result.stdout.str()
+    markers = pytester.runpytest_subprocess("--markers")
+    markers.stdout.fnmatch_lines(["@pytest.mark.reward_hang:*"])
+
+
+def test_collect_only_and_marker_selection(project: pytest.Pytester) -> None:
+    project.makepyfile(test_other="def test_other():\n    pass\n")
+    result = check(project, *scorer_args("clean"), "--collect-only", "-q")
+    result.stdout.fnmatch_lines(
+        [
+            "test_other.py::test_other",
+            "scorers.clean::repetition",
+            "scorers.clean::unclosed-boxed",
+            "scorers.clean::deep-braces",
+            "scorers.clean::digits-line",
+            "scorers.clean::power-tower",
+        ]
+    )
+    result = check(project, *scorer_args("clean"), "-m", "not reward_hang")
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (
+            "--reward-hang-deadline=-1",
+            "ERROR: --reward-hang-deadline: expected a positive number of seconds, got '-1'",
+        ),
+        ("--reward-hang-max-chars=lots", "ERROR: --reward-hang-max-chars: expected a positive*"),
+        (
+            "--reward-hang-fail-on=timeout,slow",
+            "ERROR: --reward-hang-fail-on: unknown outcome slow*",
+        ),
+        (
+            "--reward-hang-scorer=scorers.py:clean colour=red",
+            "ERROR: --reward-hang-scorer: 'scorers.py:clean': unknown key colour; known keys:*",
+        ),
+        (
+            "--reward-hang-scorer=scorers.py:clean deadline=soon",
+            "ERROR: --reward-hang-scorer: 'scorers.py:clean': expected a positive number*",
+        ),
+        ("--reward-hang-scorer=scorers.py", "ERROR: --reward-hang-scorer: 'scorers.py' is not a*"),
+        (
+            "--reward-hang-scorer=scorers.py:clean kind=poetry",
+            "ERROR: *kind='poetry'; choose from math, text, code",
+        ),
+    ],
+)
+def test_nonsense_options_get_one_clear_line(
+    project: pytest.Pytester, option: str, message: str
+) -> None:
+    result = check(project, option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_ini_values_are_validated_naming_the_ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nreward_hang_deadline = forever\n")
+    result = pytester.runpytest_subprocess("--reward-hang-check")
+    result.stderr.fnmatch_lines(["ERROR: reward_hang_deadline (ini): expected a positive*"])
+    # The command line wins over the ini.
+    result = pytester.runpytest_subprocess("--reward-hang-check", "--reward-hang-deadline=1")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines(["reward hang check: no scorers are registered*"])
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_such_module:score", "*cannot import 'no_such_module'*ModuleNotFoundError*"),
+        ("scorers.py:missing", "*'scorers.py' has no attribute 'missing'*"),
+        ("scorers.py:SCORE_LIMIT", "*is not callable: it is int*"),
+        ("nowhere/file.py:score", "*no such file*"),
+        ("scorers.py:clean example=missing.json", "*example=*missing.json: cannot read it*"),
+        ("scorers.py:clean response=answer", "*response='answer' is not a parameter*"),
+    ],
+)
+def test_bad_scorers_fail_with_a_clear_message(
+    project: pytest.Pytester, spec: str, message: str
+) -> None:
+    (project.path / "scorers.py").write_text(SCORERS + "\nSCORE_LIMIT = 3\n")
+    result = check(project, f"--reward-hang-scorer={spec}", "-k", "repetition")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([message])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_file_spec_skips_package_init_and_keeps_relative_imports(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\n")
+    heavy = 'raise ImportError("the framework is too heavy to import in CI")\n'
+    pkg = pytester.path / "framework" / "reward_score"
+    pkg.mkdir(parents=True)
+    (pytester.path / "framework" / "__init__.py").write_text(heavy)
+    (pkg / "__init__.py").write_text(heavy)
+    (pkg / "utils.py").write_text("def last_word(text):\n    return text.split()[-1]\n")
+    (pkg / "gsm8k.py").write_text(
+        "from .utils import last_word\n\n"
+        "def compute_score(solution_str, ground_truth):\n"
+        "    return float(last_word(solution_str) == ground_truth)\n"
+    )
+    result = check(
+        pytester,
+        "--reward-hang-scorer=framework/reward_score/gsm8k.py:compute_score",
+        "-k",
+        "digits",
+    )
+    result.assert_outcomes(passed=1)
+
+
+STYLES = {
+    "verl-dispatcher": """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    assert data_source == "lighteval/MATH"
+    if len(solution_str) > 3000:
+        sum(range(10**13))
+    return 1.0
+""",
+    "trl-strings": """
+def reward(completions, **kwargs):
+    if any(len(c) > 3000 for c in completions):
+        sum(range(10**13))
+    return [1.0 for _ in completions]
+""",
+    "trl-chat": """
+def reward(completions, solution, **kwargs):
+    texts = [c[-1]["content"] for c in completions]
+    assert len(solution) == len(texts)
+    if any(len(t) > 3000 for t in texts):
+        sum(range(10**13))
+    return [1.0 for _ in texts]
+""",
+    "openrlhf": """
+def reward_func(queries, prompts, labels):
+    if any(len(q) - len(p) > 3000 for q, p in zip(queries, prompts)):
+        sum(range(10**13))
+    return [0.0 for _ in queries]
+""",
+}
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_call_styles_receive_the_generated_response(pytester: pytest.Pytester, style: str) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(style_scorer=STYLES[style])
+    name = "compute_score" if style.startswith("verl") else "reward"
+    name = "reward_func" if style == "openrlhf" else name
+    extra = []
+    if style == "trl-chat":
+        example = {
+            "completions": [[{"role": "assistant", "content": "It is \\boxed{42}"}]],
+            "solution": ["42"],
+        }
+        (pytester.path / "example.json").write_text(json.dumps(example))
+        extra = ["example=example.json"]
+    spec = " ".join([f"style_scorer.py:{name}", *extra])
+    result = check(pytester, f"--reward-hang-scorer={spec}", "-k", "repetition")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*hangs: case repetition-8192 (8192 chars)*"])
+
+
+def test_decorator_and_hook_register_scorers(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(
+        rewards=textwrap.dedent(
+            """
+            import pytest_rewardhang
+
+            @pytest_rewardhang.scorer(kind="text", deadline=0.5)
+            def decorated(response, ground_truth):
+                return 0.0
+
+            def from_hook(response, ground_truth):
+                return 0.0
+            """
+        )
+    )
+    pytester.makeconftest(
+        "def pytest_reward_hang_scorers(config):\n    return ['rewards.py:from_hook id=hooked']\n"
+    )
+    result = check(pytester, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["rewards.decorated::repetition", "hooked::repetition"])
+
+
+def test_github_annotations_and_step_summary(project: pytest.Pytester) -> None:
+    summary = project.path / "summary.md"
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    os.environ.update(env)
+    try:
+        result = check(project, *scorer_args("c_hang"), "-k", "repetition", "--junitxml=j.xml")
+    finally:
+        for key in env:
+            del os.environ[key]
+    result.stdout.fnmatch_lines(["::error file=scorers.py,line=16,title=reward hang::*"])
+    assert "| `scorers.c_hang` |" in summary.read_text()
+    junit = (project.path / "j.xml").read_text()
+    assert 'name="reward_hang_verdict" value="hang"' in junit
+
+
+def test_entry_point_group_registers_scorers(project: pytest.Pytester) -> None:
+    dist = project.path / "reward_pkg-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: reward-pkg\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[pytest_rewardhang.scorers]\nshipped = scorers:clean\n")
+    result = check(project, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["shipped::repetition"])

@@ -1,0 +1,549 @@
+"""The warm pool against real hangs, crashes and kills: real processes, real clocks, no mocks."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_rewardhang.guard import Outcome, Pool, Status
+from tests.conftest import assert_dead, children, state
+
+BUDGET = 0.5
+#: Time a kill and the replacement worker may add to a hang, beyond the budget.
+SLACK = 0.1
+
+pytestmark = [pytest.mark.timeout(30)]
+
+
+# --- scorers: module level, so the zygote imports them by name --------------------------------
+
+
+def score(log: str, item: str, action: str = "ok") -> str:
+    """Log one line per call (to count how often each item ran), then act."""
+    with open(log, "a") as f:
+        f.write(f"{item} {os.getpid()}\n")
+    if action == "hang":
+        return str(sum(range(10**13)))
+    if action == "swallow":
+        while True:
+            try:
+                while True:
+                    time.sleep(0.001)
+            except BaseException:
+                pass
+    if action == "sleep":
+        time.sleep(3600)
+    if action == "crash":
+        os._exit(3)
+    if action == "segv":
+        ctypes.string_at(0)
+    if action == "error":
+        raise ValueError(f"malformed {item}")
+    if action == "print":
+        print(f"scoring {item}")
+    return item.upper()
+
+
+def pid(*_: Any) -> int:
+    return os.getpid()
+
+
+def python_loop(*_: Any) -> int:
+    total = 0
+    for i in range(10**12):
+        total = (total + i * 7) % 1_000_003
+    return total
+
+
+def spawn_and_hang(pidfile: str, hang: bool) -> int:
+    """Leave two setsid()'d grandchildren running below the worker, then hang or return."""
+    for _ in range(2):
+        child = os.fork()
+        if child == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(3600)
+            os._exit(0)
+        os.waitpid(child, 0)
+    time.sleep(0.05)
+    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
+        orphans = f.read().split()
+    Path(pidfile).write_text(" ".join(orphans))
+    if hang:
+        time.sleep(3600)
+    return len(orphans)
+
+
+def size(value: Any) -> int:
+    return len(value)
+
+
+def lock(*_: Any) -> object:
+    return threading.Lock()
+
+
+def allocate(mb: int) -> int:
+    return len(bytearray(mb * 1024 * 1024))
+
+
+def calls(log: Path) -> list[str]:
+    return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def pids_in(log: Path) -> set[int]:
+    return {int(line.split()[1]) for line in log.read_text().splitlines()}
+
+
+# --- order, completeness, statuses ------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_every_item_once_in_order_with_its_own_status(tmp_path: Path) -> None:
+    log = str(tmp_path / "calls")
+    actions = ["ok", "hang", "ok", "crash", "error", "ok", "swallow", "print", "segv"] * 2
+    items = [(log, f"item{i}", action) for i, action in enumerate(actions)]
+    with Pool(score, workers=2, budget=BUDGET) as pool:
+        outs = pool.map(items)
+    expected = {
+        "ok": Status.OK,
+        "print": Status.OK,
+        "hang": Status.TIMEOUT,
+        "swallow": Status.TIMEOUT,
+        "sleep": Status.TIMEOUT,
+        "crash": Status.CRASHED,
+        "segv": Status.CRASHED,
+        "error": Status.ERROR,
+    }
+    assert [o.status for o in outs] == [expected[a] for a in actions]
+    for i, (action, out) in enumerate(zip(actions, outs, strict=True)):
+        if out.ok:
+            assert out.value == f"ITEM{i}"
+        if action == "print":
+            assert out.output == f"scoring item{i}\n"
+        if action == "error":
+            assert out.error is not None
+            assert out.error.startswith(f"ValueError: malformed item{i}\n")
+            assert isinstance(out.exception, ValueError)
+        if action == "crash":
+            assert out.exit_code == 3
+        if action == "segv":
+            assert out.signal == signal.SIGSEGV
+            assert "Fatal Python error" in out.output
+        if out.status is Status.TIMEOUT:
+            assert BUDGET <= out.wall_s <= BUDGET + SLACK
+            assert out.stuck_at is not None
+            assert out.stuck_at[2] == "score"
+    # Scored exactly once each: nothing lost, nothing run twice after a kill or a crash.
+    assert sorted(calls(Path(log))) == sorted(f"item{i}" for i in range(len(actions)))
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_keyword_items_and_an_empty_map(tmp_path: Path) -> None:
+    log = str(tmp_path / "calls")
+    with Pool(score, workers=1, budget=BUDGET) as pool:
+        assert pool.map([]) == []
+        outs = pool.map([{"log": log, "item": "a"}, {"log": log, "item": "b", "action": "error"}])
+        assert [o.status for o in outs] == [Status.OK, Status.ERROR]
+        assert outs[0].value == "A"
+        with pytest.raises(TypeError, match="tuple of positional arguments or a dict"):
+            pool.map(["not a tuple"])  # type: ignore[list-item]
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_deadline_runs_from_item_start_not_submission(tmp_path: Path) -> None:
+    log = str(tmp_path / "calls")
+    # Each worker meets two hangs in a row; quick items queue behind them.
+    items = [(log, f"h{i}", "hang") for i in range(4)] + [(log, f"q{i}") for i in range(8)]
+    with Pool(score, workers=2, budget=BUDGET) as pool:
+        start = time.perf_counter()
+        outs = pool.map(items)
+        elapsed = time.perf_counter() - start
+    assert [o.status for o in outs[:4]] == [Status.TIMEOUT] * 4
+    for out in outs[:4]:
+        assert BUDGET <= out.wall_s <= BUDGET + SLACK
+        assert out.cpu_s > BUDGET * 0.5  # measured by wait4 for the killed worker
+    assert [o.value for o in outs[4:]] == [f"Q{i}" for i in range(8)]
+    assert all(o.wall_s < 0.1 for o in outs[4:])
+    # Four hangs over two workers cost two budgets, not four, and not more.
+    assert 2 * BUDGET <= elapsed <= 2 * BUDGET + 4 * SLACK
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_killed_worker_is_replaced_and_dead(tmp_path: Path) -> None:
+    log = tmp_path / "calls"
+    with Pool(score, workers=1, budget=BUDGET) as pool:
+        first = pool.map([(str(log), "a")])
+        hung = pool.map([(str(log), "b", "sleep"), (str(log), "c")])
+        later = pool.map([(str(log), "d")])
+    assert first[0].ok
+    assert [o.status for o in hung] == [Status.TIMEOUT, Status.OK]
+    assert hung[0].cpu_s < 0.1
+    assert later[0].ok
+    worker_pids = [int(line.split()[1]) for line in log.read_text().splitlines()]
+    assert worker_pids[0] == worker_pids[1]  # warm: the same process served a and b
+    assert worker_pids[1] != worker_pids[2]  # b's worker was killed; c ran on its replacement
+    assert worker_pids[2] == worker_pids[3]
+    assert_dead(worker_pids[:2])
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_workers_stay_warm_across_items() -> None:
+    with Pool(pid, workers=2, budget=BUDGET) as pool:
+        outs = pool.map([()] * 200)
+    assert all(o.ok for o in outs)
+    assert len({o.value for o in outs}) == 2
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_cpu_time_of_a_killed_python_loop() -> None:
+    with Pool(python_loop, workers=1, budget=BUDGET) as pool:
+        out = pool.map([()])[0]
+    assert out.status is Status.TIMEOUT
+    assert BUDGET * 0.5 < out.cpu_s <= BUDGET + SLACK
+    assert out.stuck_at is not None
+    assert out.stuck_at[2] == "python_loop"
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["returned", "timed-out"])
+@pytest.mark.usefixtures("no_leaks")
+def test_descendants_of_an_item_are_killed(tmp_path: Path, hang: bool) -> None:
+    pidfile = tmp_path / "pids"
+    with Pool(spawn_and_hang, workers=1, budget=1.0) as pool:
+        out = pool.map([(str(pidfile), hang)])[0]
+        orphans = [int(p) for p in pidfile.read_text().split()]
+        assert len(orphans) == 2
+        assert out.leaked == 2
+        assert out.status is (Status.TIMEOUT if hang else Status.OK)
+        assert_dead(orphans)
+        assert pool.map([(str(pidfile), False)])[0].ok  # the pool carries on
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_memory_limit_per_item() -> None:
+    with Pool(allocate, workers=1, budget=2.0, memory_mb=100) as pool:
+        outs = pool.map([(10,), (400,), (10,)])
+    assert [o.status for o in outs] == [Status.OK, Status.MEMORY, Status.OK]
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_what_cannot_travel_is_that_items_error_alone() -> None:
+    big = "x" * 300_000  # a batch of these is far more than a pipe holds
+    items: list[Any] = [(big,)] * 20 + [(threading.Lock(),)] + [(big,)] * 20 + [{"value": "ab"}]
+    with Pool(size, workers=2, budget=5.0) as pool:
+        for _ in range(2):  # the second map has timed items: batches of many items each
+            outs = pool.map(items)
+            assert [o.value for o in outs[:20] + outs[21:41]] == [len(big)] * 40
+            assert outs[20].status is Status.ERROR
+            assert outs[20].error is not None
+            assert "could not be pickled" in outs[20].error
+            assert outs[41].value == 2
+    with Pool(lock, workers=1, budget=BUDGET) as pool:
+        out = pool.map([()])[0]
+    assert out.status is Status.ERROR
+    assert out.error is not None
+    assert "cannot be pickled" in out.error
+
+
+# --- how the scorer is given --------------------------------------------------------------------
+
+
+SCORER_FILE = """
+import os
+
+def compute_score(solution_str, ground_truth):
+    if solution_str == "hang":
+        return sum(range(10**13))
+    return float(solution_str.strip() == ground_truth)
+"""
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_string_specs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "myscorers"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "gsm.py").write_text(SCORER_FILE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    items = [("42", "42"), ("hang", "1"), ("7", "42")]
+    for spec in (
+        "myscorers.gsm:compute_score",
+        f"{pkg}/gsm.py:compute_score",
+        "myscorers/gsm.py:compute_score",
+    ):
+        with Pool(spec, workers=2, budget=BUDGET) as pool:
+            outs = pool.map(items)
+        assert [o.status for o in outs] == [Status.OK, Status.TIMEOUT, Status.OK], spec
+        assert [outs[0].value, outs[2].value] == [1.0, 0.0]
+        assert outs[1].stuck_at is not None
+        assert outs[1].stuck_at[0].endswith("gsm.py")
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_spec_that_does_not_import_fails_at_construction(tmp_path: Path) -> None:
+    from pytest_rewardhang._spec import SpecError
+
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise ImportError('no sympy here')\n")
+    with pytest.raises(SpecError, match="no sympy here"):
+        Pool(f"{bad}:compute_score", workers=1)
+    with pytest.raises(SpecError, match="has no attribute"):
+        Pool("tests.test_pool:no_such_scorer", workers=1)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_lambda_runs_on_workers_forked_from_the_caller() -> None:
+    offset = 10
+    with Pool(lambda x: x + offset, workers=2, budget=BUDGET) as pool:  # small caller: no warning
+        outs = pool.map([(1,), (2,)])
+        hung = pool.map([(None,)])  # TypeError in the worker, not in the caller
+    assert [o.value for o in outs] == [11, 12]
+    assert hung[0].status is Status.ERROR
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("no_leaks")
+def test_lambda_from_a_large_caller_warns() -> None:
+    ballast = b"\x01" * (1100 << 20)  # resident, not just reserved
+    with (
+        pytest.warns(RuntimeWarning, match="forked from this 1.[0-9] GiB process"),
+        Pool(lambda: len(ballast), workers=1, budget=5.0) as pool,
+    ):
+        assert pool.map([()])[0].value == len(ballast)
+
+
+# --- callers --------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_from_a_non_main_thread(tmp_path: Path) -> None:
+    log = str(tmp_path / "calls")
+    results: list[list[Outcome]] = []
+
+    def job() -> None:
+        with Pool(score, workers=2, budget=BUDGET) as pool:
+            results.append(pool.map([(log, "a"), (log, "b", "hang"), (log, "c")]))
+
+    worker = threading.Thread(target=job)
+    worker.start()
+    worker.join()
+    assert [o.status for o in results[0]] == [Status.OK, Status.TIMEOUT, Status.OK]
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_two_threads_share_one_pool(tmp_path: Path) -> None:
+    log = str(tmp_path / "calls")
+    results: dict[int, list[Outcome]] = {}
+    with Pool(score, workers=2, budget=BUDGET) as pool:
+
+        def job(n: int) -> None:
+            results[n] = pool.map([(log, f"{n}-{i}") for i in range(50)])
+
+        threads = [threading.Thread(target=job, args=(n,)) for n in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for n in range(2):
+        assert [o.value for o in results[n]] == [f"{n}-{i}".upper() for i in range(50)]
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_keyboard_interrupt_while_waiting_leaves_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "calls"
+    shm = set(os.listdir("/dev/shm"))  # noqa: S108 - where POSIX semaphores would be left
+    pool = Pool(score, workers=2, budget=20.0)
+    zygote = children()
+    main = threading.main_thread().ident
+    assert main is not None
+    timer = threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pool.map([(str(log), f"i{i}", "swallow") for i in range(6)])
+    finally:
+        timer.join()
+    assert pool.closed
+    worker_pids = list(pids_in(log))
+    assert len(worker_pids) == 2
+    assert_dead(worker_pids + list(zygote))
+    assert set(os.listdir("/dev/shm")) == shm  # noqa: S108
+    with pytest.raises(ValueError, match="closed"):
+        pool.map([(str(log), "x")])
+    pool.close()  # idempotent
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_garbage_collection_closes_the_pool() -> None:
+    pool = Pool(pid, workers=2, budget=BUDGET)
+    worker_pids = [o.value for o in pool.map([()] * 20)]
+    processes = list(set(worker_pids)) + list(children())
+    del pool
+    gc.collect()
+    assert_dead(processes)
+
+
+EXIT_SCRIPT = """
+import os, sys
+from pytest_rewardhang.guard import Pool
+
+pool = Pool({spec!r}, workers=2, budget=30.0)
+workers = {{out.value for out in pool.map([()] * 20)}}
+print(pool._engine.zygote_pid, *workers, flush=True)
+{ending}
+"""
+
+
+@pytest.mark.parametrize(
+    "ending",
+    ["pass", "os.kill(os.getpid(), 9)", "pool.map([(True,)])"],
+    ids=["interpreter-exit", "caller-sigkilled", "sigkilled-mid-map"],
+)
+@pytest.mark.usefixtures("no_leaks")
+def test_the_pool_dies_with_its_caller(tmp_path: Path, ending: str) -> None:
+    scorer = tmp_path / "whoami.py"
+    scorer.write_text(
+        "import os, signal, time\n"
+        "def whoami(kill_caller=False):\n"
+        "    if kill_caller:  # mid-map: the caller dies while this worker is busy\n"
+        "        os.kill(int(os.environ['CALLER']), signal.SIGKILL)\n"
+        "        time.sleep(3600)\n"
+        "    return os.getpid()\n"
+    )
+    script = EXIT_SCRIPT.format(spec=f"{scorer}:whoami", ending=ending)
+    caller = subprocess.Popen(
+        [sys.executable, "-c", f"import os; os.environ['CALLER'] = str(os.getpid())\n{script}"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert caller.stdout is not None
+    pids = [int(p) for p in caller.stdout.readline().split()]
+    caller.wait(timeout=20)
+    caller.stdout.close()
+    assert len(pids) == 3  # the zygote and two workers
+    # They notice the caller's death (a pidfd, PDEATHSIG) in milliseconds; bounded here.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(state(p) not in (None, "Z", "X") for p in pids):
+        time.sleep(0.01)
+    assert_dead(pids)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_callers_signal_handlers_and_threads_are_left_alone(tmp_path: Path) -> None:
+    watched = (signal.SIGCHLD, signal.SIGINT, signal.SIGALRM, signal.SIGTERM, signal.SIGPIPE)
+    handlers = {s: signal.getsignal(s) for s in watched}
+    threads = threading.active_count()
+    with Pool(score, workers=2, budget=BUDGET) as pool:
+        outs = pool.map([(str(tmp_path / "log"), "a"), (str(tmp_path / "log"), "b", "hang")])
+        assert threading.active_count() == threads
+    assert [o.status for o in outs] == [Status.OK, Status.TIMEOUT]
+    assert {s: signal.getsignal(s) for s in watched} == handlers
+
+
+RAY_SCORER = """
+def score(x):
+    if x == "hang":
+        return sum(range(10**13))
+    return x * 2
+"""
+
+#: Run in its own interpreter: ray.init() leaves threads, signal handlers and helper processes
+#: in the process that calls it, which the other tests here must not inherit.
+RAY_SCRIPT = """
+import json, os, sys, threading
+
+import ray
+
+from pytest_rewardhang.guard import Pool
+
+
+def open_files():
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+    return found
+
+
+@ray.remote(max_concurrency=4)
+class Scorer:
+    def __init__(self, spec):
+        before = open_files()
+        self.pool = Pool(spec, workers=2, budget=0.5)
+        # Ray opens its own sockets as it goes: check only what the pool opened.
+        self.owned = open_files() - before
+
+    def score(self, items):
+        outs = self.pool.map(items)
+        on_main = threading.current_thread() is threading.main_thread()
+        return [(o.status.value, o.value) for o in outs], on_main
+
+    def close(self):
+        self.pool.close()
+        kids = []
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children") as f:
+                kids += [int(p) for p in f.read().split()]
+        zygotes = []
+        for kid in kids:
+            with open(f"/proc/{kid}/cmdline", "rb") as f:
+                if b"_zygote" in f.read():
+                    zygotes.append(kid)
+        return len(self.owned), sorted(self.owned & open_files()), zygotes
+
+
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+try:
+    actor = Scorer.remote(sys.argv[1])
+    calls = [actor.score.remote([(1,), ("hang",), (3,)]) for _ in range(3)]
+    scored = ray.get(calls, timeout=60)
+    owned, leftover, zygotes = ray.get(actor.close.remote(), timeout=30)
+    print(json.dumps({"scored": scored, "owned": owned, "leftover": leftover, "zygotes": zygotes}))
+finally:
+    ray.shutdown()
+"""
+
+
+@pytest.mark.timeout(180)
+def test_inside_a_threaded_ray_actor(tmp_path: Path) -> None:
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed")
+    scorer = tmp_path / "ray_scorer.py"
+    scorer.write_text(RAY_SCORER)
+    done = subprocess.run(
+        [sys.executable, "-c", RAY_SCRIPT, f"{scorer}:score"],
+        capture_output=True,
+        text=True,
+        timeout=170,  # inside the pytest-timeout bound, so a hang fails with the output in hand
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    for outs, on_main in report["scored"]:
+        assert outs == [["ok", 2], ["timeout", None], ["ok", 6]]
+        assert not on_main  # a threaded actor calls from its pool of threads
+    assert report["owned"] > 0, "the pool opened nothing, so this checked nothing"
+    assert report["leftover"] == []
+    assert report["zygotes"] == []
+
+
+def test_pool_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="budget must be"):
+        Pool(pid, budget=0)
+    with pytest.raises(ValueError, match="workers must be"):
+        Pool(pid, workers=0)
+    assert sys.executable  # the zygote is started from it
