@@ -207,10 +207,31 @@ class _Parent:
         return Outcome(Status.CRASHED, signal=signum, exit_code=exit_code, leaked=leaked, **common)
 
     def _output_text(self) -> str:
-        text = self.output.decode("utf-8", "replace")
-        if self.output_dropped:
-            text += f"\n[... {self.output_dropped} more bytes of output discarded]"
-        return text
+        return output_text(bytes(self.output), self.output_dropped)
+
+
+def read_bounded(fd: int, limit: int) -> tuple[bytes, int]:
+    """What is in the pipe now, up to ``limit`` bytes, and how many more were dropped."""
+    kept = bytearray()
+    dropped = 0
+    while True:
+        try:
+            chunk = os.read(fd, _CHUNK)
+        except (BlockingIOError, OSError):
+            break
+        if not chunk:
+            break
+        room = max(limit - len(kept), 0)
+        kept += chunk[:room]
+        dropped += max(len(chunk) - room, 0)
+    return bytes(kept), dropped
+
+
+def output_text(output: bytes, dropped: int) -> str:
+    text = output.decode("utf-8", "replace")
+    if dropped:
+        text += f"\n[... {dropped} more bytes of output discarded]"
+    return text
 
 
 def kill_tree(pid: int, pidfd: int) -> int:

@@ -37,6 +37,8 @@ from ._fork import (
     DUMP_SIGNAL,
     kill_tree,
     outcome_from_frame,
+    output_text,
+    read_bounded,
     unpickle_failed,
 )
 from ._outcome import Mechanism, Outcome, Status
@@ -577,7 +579,7 @@ class _Engine:
         worker.last_end = end
         worker.cpu_base = cpu_total
         if worker.dumped == index:  # the dump came just before it finished: drop it
-            _read_all(worker.fds["stack_r"], _STACK_LIMIT)
+            read_bounded(worker.fds["stack_r"], _STACK_LIMIT)
             worker.dumped = None
         self.fruitless_deaths = 0
         self.mean_item_s = wall if self.mean_item_s is None else 0.8 * self.mean_item_s + 0.2 * wall
@@ -597,7 +599,7 @@ class _Engine:
                 "wall_s": wall,
                 "cpu_s": cpu,
                 "max_rss_mb": rss / 1024,
-                "output": _output_text(bytes(buffer[at : at + output_size]), dropped),
+                "output": output_text(bytes(buffer[at : at + output_size]), dropped),
                 "budget": self.budget,
                 "mechanism": Mechanism.FORK,
             }
@@ -618,17 +620,17 @@ class _Engine:
         if current is not None and self.remaining:
             index, start = current
             back.pop(0)
-            output, dropped = _read_all(worker.fds["output_r"], 64 * 1024)
+            output, dropped = read_bounded(worker.fds["output_r"], 64 * 1024)
             common: dict[str, Any] = {
                 "cpu_s": cpu - worker.cpu_base,
                 "max_rss_mb": rss / 1024,
-                "output": _output_text(output, dropped),
+                "output": output_text(output, dropped),
                 "budget": self.budget,
                 "mechanism": Mechanism.FORK,
                 "leaked": leaked,
             }
             if worker.kill_for == index:
-                stack, _ = _read_all(worker.fds["stack_r"], _STACK_LIMIT)
+                stack, _ = read_bounded(worker.fds["stack_r"], _STACK_LIMIT)
                 outcome: Outcome | None = Outcome(
                     Status.TIMEOUT,
                     wall_s=worker.kill_time - start,
@@ -857,27 +859,3 @@ def _warn_if_large() -> None:
             RuntimeWarning,
             stacklevel=4,
         )
-
-
-def _read_all(fd: int, limit: int) -> tuple[bytes, int]:
-    """What is in the pipe now, up to ``limit`` bytes, and how many more were dropped."""
-    kept = bytearray()
-    dropped = 0
-    while True:
-        try:
-            chunk = os.read(fd, _CHUNK)
-        except (BlockingIOError, OSError):
-            break
-        if not chunk:
-            break
-        room = max(limit - len(kept), 0)
-        kept += chunk[:room]
-        dropped += max(len(chunk) - room, 0)
-    return bytes(kept), dropped
-
-
-def _output_text(output: bytes, dropped: int) -> str:
-    text = output.decode("utf-8", "replace")
-    if dropped:
-        text += f"\n[... {dropped} more bytes of output discarded]"
-    return text

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _proctree
-from ._fork import OUTPUT_LIMIT, call, pickle_frame, setup_child, write_all
+from ._fork import OUTPUT_LIMIT, call, pickle_frame, read_bounded, setup_child, write_all
 from ._outcome import Status
 
 #: Task frame: payload length and item count, the items' indexes (``!Q`` each), then the
@@ -176,16 +176,4 @@ class _Serve:  # pragma: no cover - worker only
         waiting = struct.unpack("i", fcntl.ioctl(self.output_r, termios.FIONREAD, _FIONREAD_BUF))
         if not waiting[0]:
             return b"", 0
-        kept = bytearray()
-        dropped = 0
-        while True:
-            try:
-                chunk = os.read(self.output_r, _CHUNK)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            room = max(OUTPUT_LIMIT - len(kept), 0)
-            kept += chunk[:room]
-            dropped += max(len(chunk) - room, 0)
-        return bytes(kept), dropped
+        return read_bounded(self.output_r, OUTPUT_LIMIT)

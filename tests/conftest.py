@@ -14,8 +14,11 @@ pytest_plugins = ["pytester"]
 def children(pid: int | str = "self") -> set[int]:
     found: set[int] = set()
     for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/children") as f:
-            found.update(int(p) for p in f.read().split())
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found.update(int(p) for p in f.read().split())
+        except FileNotFoundError:  # a thread that ended since the listing
+            continue
     return found
 
 
@@ -39,10 +42,23 @@ def assert_dead(pids: list[int]) -> None:
     assert all(state(pid) is None for pid in pids), "zombies left behind"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_tempdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A temp dir of the suite's own, so the leak check never sees other programs' files."""
+    path = str(tmp_path_factory.mktemp("tempdir"))
+    saved = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = os.environ["TMPDIR"] = path
+    yield
+    tempfile.tempdir = saved[0]
+    if saved[1] is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = saved[1]
+
+
 @pytest.fixture
-def no_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def no_leaks() -> Iterator[None]:
     """Fails the test if it leaves a child process, an open descriptor or a temp file."""
-    tmp_path_factory.getbasetemp()  # pytest's own temp root is not the call's leak
     fds = set(os.listdir("/proc/self/fd"))
     kids = children()
     temps = set(os.listdir(tempfile.gettempdir()))
