@@ -1,0 +1,60 @@
+"""The public Hypothesis strategies, used as a user would in their own ``@given`` tests."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_rewardhang.guard import Status, run
+from pytest_rewardhang.strategies import (
+    degenerate_responses,
+    expanded,
+    formulas,
+    pathological_programs,
+)
+
+pytestmark = pytest.mark.timeout(120)
+FEW = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def linear_scorer(solution_str: str, ground_truth: str) -> float:
+    start = solution_str.rfind("\\boxed{")
+    return float(start >= 0 and solution_str[start + 7 :].startswith(ground_truth))
+
+
+@FEW
+@given(degenerate_responses(max_size=8192))
+def test_a_linear_scorer_survives_every_degenerate_response(response: str) -> None:
+    assert isinstance(response, str)
+    assert len(response) <= 8192
+    out = run(linear_scorer, (response, "42"), budget=2.0)
+    assert out.status is Status.OK, out.describe()
+
+
+def exec_harness(program: str) -> None:
+    exec(program, {"__name__": "__candidate__"})
+
+
+@settings(max_examples=8, deadline=None)
+@given(pathological_programs())
+def test_the_guard_bounds_every_pathological_program(program: str) -> None:
+    start = time.perf_counter()
+    out = run(exec_harness, (program,), budget=0.5, memory_mb=256)
+    assert time.perf_counter() - start < 0.6, (out.describe(), program)
+    assert program.startswith("# family: ")
+
+
+@FEW
+@given(expanded(formulas(["(a+)+", "\\frac{", "}"], affixes=["\\boxed{"]), max_size=2048))
+def test_formulas_expand_from_the_given_units(text: str) -> None:
+    assert 16 <= len(text) <= 2048
+    assert any(unit in text for unit in ("(a+)+", "\\frac{", "}", "a", "f", "(", "+", "r"))
+
+
+def test_formulas_need_a_unit() -> None:
+    with pytest.raises(ValueError, match="at least one non-empty unit"):
+        formulas([""])
+    assert isinstance(formulas(["x"]), st.SearchStrategy)
