@@ -730,7 +730,8 @@ class Pool:
     """Warm guarded workers scoring many items, each under its own exact deadline.
 
     ``fn`` is a module-level function or a ``"pkg.mod:func"`` / ``"path/file.py:func"`` spec,
-    imported once in a fresh zygote process that the workers are forked from. Any other callable
+    imported once in a fresh zygote process that the workers are forked from (a picklable
+    callable object of an importable class is pickled there). Any other callable
     (a lambda, a closure, a bound method) is served by workers forked from the caller, with a
     warning when the caller is large. ``budget`` and ``memory_mb`` mean what they mean for
     :func:`~pytest_rewardhang.guard.run`, per item; each item's deadline starts when a worker

@@ -291,6 +291,34 @@ def test_string_specs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert outs[1].stuck_at[0].endswith("gsm.py")
 
 
+class ImportsOnUnpickle:
+    """A callable object that loads what it wraps when unpickled, as the plugin's scorer call."""
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    def __setstate__(self, state: dict[str, str]) -> None:
+        self.__dict__.update(state)
+        with open(self.log, "a") as f:
+            f.write(f"loaded in {os.getpid()}\n")
+
+    def __call__(self, x: int) -> tuple[int, int]:
+        return x * 2, os.getpid()
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_callable_object_is_pickled_to_the_zygote_once(tmp_path: Path) -> None:
+    log = tmp_path / "loads"
+    with Pool(ImportsOnUnpickle(str(log)), workers=2, budget=BUDGET) as pool:
+        outs = pool.map([(i,) for i in range(6)])
+    assert [o.value[0] for o in outs] == [0, 2, 4, 6, 8, 10]
+    loads = log.read_text().splitlines()
+    assert len(loads) == 1  # in the zygote only: every worker inherits it warm
+    workers = {o.value[1] for o in outs}
+    assert os.getpid() not in workers
+    assert f"loaded in {os.getpid()}" not in loads
+
+
 @pytest.mark.usefixtures("no_leaks")
 def test_a_spec_that_does_not_import_fails_at_construction(tmp_path: Path) -> None:
     from pytest_rewardhang._spec import SpecError
