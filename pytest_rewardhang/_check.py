@@ -61,6 +61,7 @@ class ScorerCheck:
         self._info: _calls.ScorerInfo | None = None
         self._example: dict[str, Any] | None = None
         self._problem: ScorerProblem | None = None
+        self.problem_reported = False
         self._pool: Pool | None = None
 
     def families(self) -> list[str]:
@@ -272,7 +273,7 @@ class ScorerCheck:
             folder = self.rootdir / folder
         path = folder / f"{result.case.id}.json"
         record = {
-            "spec": self.spec,
+            "spec": self.scorer.spec,  # as declared: relative to the rootdir, portable
             "scorer": self.scorer.id,
             "case": result.case.id,
             "family": result.case.family,

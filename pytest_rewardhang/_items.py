@@ -76,6 +76,9 @@ class FamilyItem(RewardHangItem):
             results = self.check.run_family(self.family)
         except ScorerProblem as problem:
             self._record([], "problem")
+            if self.check.problem_reported:  # one failure says it; the other families wait
+                pytest.skip(f"{scorer.id} cannot be checked: see its first failed item")
+            self.check.problem_reported = True
             raise ScorerProblem(f"{scorer.id} ({scorer.spec}): {problem}") from None
         timeouts = [r for r in results if r.outcome.status is Status.TIMEOUT]
         settings = self.session_plugin.settings
@@ -145,8 +148,9 @@ class FamilyItem(RewardHangItem):
         self._record_baseline(now, comparison, replayed)
         if comparison is not None and regressed:
             path = plugin.settings.compare_baseline
+            moved = f" ({comparison.reason})" if comparison.reason else ""
             raise RewardHangFailure(
-                f"regressed against the baseline {path} (confirmed on a replay):\n"
+                f"regressed against the baseline {path}{moved} (confirmed on a replay):\n"
                 + "\n".join(f"  {line}" for line in comparison.regressions)
                 + f"\nworst case now: {now['worst_case']}; if the slowdown is intended, "
                 "save a new baseline with --reward-hang-save-baseline",

@@ -323,6 +323,11 @@ def _ci_settings(config: pytest.Config) -> dict[str, Any]:
             limits.append(parse_limit(raw))
         except ValueError as exc:
             raise pytest.UsageError(f"{source}: {exc}, got {raw!r}") from None
+    if cli_limits and compare is None:  # limits alone would gate nothing, silently
+        raise pytest.UsageError(
+            "--reward-hang-compare-fail: limits need a baseline to compare with: add "
+            "--reward-hang-compare [PATH] (or reward_hang_compare = true in the ini)"
+        )
     cli_calibration = config.getoption("--reward-hang-calibration")
     raw_calibration, source = (
         (cli_calibration, "--reward-hang-calibration")

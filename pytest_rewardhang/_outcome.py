@@ -5,7 +5,9 @@ from __future__ import annotations
 import enum
 import re
 import signal as _signal
+import sysconfig
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -27,6 +29,14 @@ class Mechanism(enum.StrEnum):
     UNBOUNDED = "unbounded"
 
 
+#: Frames in these are where a call was, not the line to fix: the standard library, installed
+#: packages and this package's own machinery.
+_LIBRARY_DIRS = tuple(
+    {
+        *(sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")),
+        str(Path(__file__).parent),
+    }
+)
 _FRAME = re.compile(
     r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>\S+)', re.MULTILINE
 )
@@ -66,17 +76,19 @@ class Outcome:
 
     @property
     def stuck_at(self) -> tuple[str, int, str] | None:
-        """``(file, line, function)`` of the innermost frame the call was stuck in."""
+        """``(file, line, function)`` where the call was stuck: the innermost frame of the
+        caller's own code, past the standard library and installed packages it was inside."""
         if not self.stack:
             return None
         block = self.stack
         current = block.find("Current thread")
         if current >= 0:
             block = block[current:]
-        match = _FRAME.search(block)
-        if match is None:
-            return None
-        return match["file"], int(match["line"]), match["func"]
+        frames = [(m["file"], int(m["line"]), m["func"]) for m in _FRAME.finditer(block)]
+        for frame in frames:
+            if not frame[0].startswith(_LIBRARY_DIRS):
+                return frame
+        return frames[0] if frames else None
 
     def describe(self) -> str:
         """One line naming the cause, for logs and failure messages."""

@@ -197,6 +197,12 @@ class Summary:
     def baseline_lines(self) -> list[str]:
         """New entries (and why) and confirmed regressions, one line each."""
         lines = []
+        compared = [b for b in self.baselines if b.get("comparison") is not None]
+        within = sum(b["comparison"]["status"] == "ok" for b in compared)
+        if compared:  # so a gate that compared and passed says so
+            lines.append(
+                f"compared {len(compared)} entries with the baseline: {within} within limits"
+            )
         for carried in sorted(self.baselines, key=lambda b: (b["id"], b["family"])):
             comparison = carried.get("comparison")
             if comparison is None or comparison["status"] == "ok":

@@ -28,6 +28,7 @@ class RewardHangSession:
         self.settings = settings
         self.checks: list[ScorerCheck] = []
         self.summary = Summary()
+        self.collected = False
         try:
             self.corpus = _cases.load_corpus(settings.corpora)
         except CorpusError as exc:
@@ -138,7 +139,9 @@ class RewardHangSession:
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         user_timeout = _user_timeout(config)
-        for spec in self.scorer_specs():
+        specs = self.scorer_specs()  # a UsageError here leaves collected False: nothing to say
+        self.collected = True
+        for spec in specs:
             check = ScorerCheck(spec, self.settings, config.rootpath)
             self.checks.append(check)
             node = ScorerNode.from_parent(session, name=spec.id, nodeid=spec.id)
@@ -196,7 +199,7 @@ class RewardHangSession:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         controller = self.config.pluginmanager.hasplugin("dsession")  # xdist: workers collect
-        if not self.checks and not controller:
+        if self.collected and not self.checks and not controller:
             terminalreporter.write_line(
                 "reward hang check: no scorers are registered (reward_hang_scorers ini, "
                 "--reward-hang-scorer, @pytest_rewardhang.scorer, entry points or hook)",

@@ -12,6 +12,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import sys
+import traceback
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -99,5 +100,11 @@ def _namespace(name: str, folder: Path) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
+    """``Type: message (file:line)``, the line being where the scorer's own code raised."""
     text = f"{type(exc).__name__}: {exc}".splitlines()
-    return text[0] if text else type(exc).__name__
+    line = text[0] if text else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if "importlib" not in f.filename and f.filename != __file__]
+    if own and not isinstance(exc, SyntaxError):  # a SyntaxError names its place itself
+        line += f" ({own[-1].filename}:{own[-1].lineno})"
+    return line

@@ -31,10 +31,30 @@ def state(pid: int) -> str | None:
     return stat[stat.rindex(b")") + 2 :].split()[0].decode()
 
 
+_PF_EXITING = 0x4
+_SIGKILL_BIT = 1 << (9 - 1)
+
+
+def dead_or_dying(pid: int) -> bool:
+    """Gone, a zombie, exiting, or with SIGKILL pending: it will never run its own code again."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING:
+        return True
+    pending = [
+        int(line.split()[1], 16) for line in status.splitlines() if line[:6] in ("SigPnd", "ShdPnd")
+    ]
+    return any(mask & _SIGKILL_BIT for mask in pending)
+
+
 def assert_dead(pids: list[int]) -> None:
-    """Every pid is dead now, and its zombie (reaped by init, not by us) is gone soon after."""
+    """Every pid is dead or dying now, and gone (reaped by init, not by us) soon after."""
     assert pids, "the test's child reported no descendants, so it checked nothing"
-    living = {pid: state(pid) for pid in pids if state(pid) not in (None, "Z", "X")}
+    living = {pid: state(pid) for pid in pids if not dead_or_dying(pid)}
     assert not living, f"still running after the call returned: {living}"
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(state(pid) is not None for pid in pids):

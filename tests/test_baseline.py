@@ -153,15 +153,15 @@ def test_a_slower_machine_does_not_fail(project: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
 
 
-def test_changed_source_or_corpus_is_a_new_entry_not_a_regression(
+def test_changed_source_or_corpus_is_a_new_entry_and_a_changed_scorer_is_still_gated(
     project: pytest.Pytester,
 ) -> None:
     stored_baseline(
         project,
         **{
             "scorers.spin": {"source_hash": "sha256:0000000000000000"},
-            "scorers.clean": {"corpus_version": "1:000000000000"},
-            "scorers.noisy": {},
+            "scorers.clean": {"source_hash": "sha256:0000000000000000"},
+            "scorers.noisy": {"corpus_version": "1:000000000000"},
         },
     )
     result = project.runpytest_subprocess(
@@ -172,14 +172,20 @@ def test_changed_source_or_corpus_is_a_new_entry_not_a_regression(
         "--reward-hang-compare-fail=cpu_p95:1%",
         "--reward-hang-calibration=0.02",
     )
-    result.assert_outcomes(passed=3)
+    # The PR that made spin slower changed its source: a new entry, and still a regression.
+    result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "new baseline entry scorers.clean::repetition: corpus version changed (1:000000000000"
-            " -> *)",
-            "new baseline entry scorers.noisy::repetition: no baseline entry",
-            "new baseline entry scorers.spin::repetition: scorer source changed "
+            "*regressed against the baseline *baseline.json (scorer source changed "
+            "(sha256:0000000000000000 -> sha256:*)) (confirmed on a replay):",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "new baseline entry scorers.clean::repetition: scorer source changed "
             "(sha256:0000000000000000 -> sha256:*)",
+            "new baseline entry scorers.noisy::repetition: corpus version changed (1:000000000000"
+            " -> *)",
         ]
     )
 
@@ -230,6 +236,11 @@ def test_save_writes_one_sorted_file_from_the_controller(
             ["--reward-hang-compare-fail=cpu_p95:5x"],
             "",
             "ERROR: --reward-hang-compare-fail: expected FIELD:N% or FIELD:N*, got 'cpu_p95:5x'",
+        ),
+        (
+            ["--reward-hang-compare-fail=cpu_p95:25%"],
+            "",
+            "ERROR: --reward-hang-compare-fail: limits need a baseline to compare with*",
         ),
         (
             [],
