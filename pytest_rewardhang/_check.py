@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _calls, _cases, _found, _harvest
+from . import _calls, _cases, _corpus, _found, _harvest
 from ._cases import Case
 from ._corpus import Formula
 from ._options import Settings
@@ -298,7 +298,7 @@ _SEARCH_MAX_CHARS = 16384
 
 
 def _harvest_sizes(max_chars: int) -> list[int]:
-    return [size for size in (1024, 8192, 32768) if size < max_chars] + [max_chars]
+    return _corpus.ladder(_corpus.DEFAULT_SIZES, max_chars)
 
 
 def harvested_cases(

@@ -19,7 +19,8 @@ from typing import Any
 
 #: The format version every response file declares (``corpus_version = 1``).
 FORMAT_VERSION = 1
-DEFAULT_SIZES: tuple[int | str, ...] = (1024, 8192, 32768, "max")
+#: A doubling ladder, so growth fits see every factor of two a policy's response may grow by.
+DEFAULT_SIZES: tuple[int | str, ...] = (1024, 2048, 4096, 8192, 16384, 32768, 65536, "max")
 RESPONSE_KINDS = ("math", "text")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _CODEPOINT = re.compile(r"<U\+([0-9A-Fa-f]{1,6})>")

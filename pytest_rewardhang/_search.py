@@ -8,11 +8,12 @@ the example database off, and the search must resume from what earlier CI runs f
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hypothesis import HealthCheck, Phase, given, settings, target
+from hypothesis import HealthCheck, Phase, example, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -24,6 +25,10 @@ from .strategies import formulas
 
 FAMILY = "search"
 MIN_SIZE = 64
+#: The slowest examples so far, per scorer: replayed first by the next run, so the search
+#: resumes from its best finds (Hypothesis's own database keeps only failing examples).
+BEST_FILE = "best.json"
+KEEP_BEST = 8
 
 
 class _Hang(Exception):
@@ -74,13 +79,57 @@ def search(
         ran.append((case, outcome))
         if outcome.status is Status.TIMEOUT:
             raise _Hang
-        spent = outcome.cpu_s if math.isfinite(outcome.cpu_s) else outcome.wall_s
-        target(spent * 1e6 / max(len(text), 1), label="cpu microseconds per char")
+        target(_score(text, outcome), label="cpu microseconds per char")
 
+    best = _load_best(database)
+    search_from = probe_formula
+    for formula, size, _ in best:
+        search_from = example((formula, size))(search_from)
     database.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(_Hang):
-        probe_formula()
+        search_from()
+    _save_best(database, best, ran)
     return ran
+
+
+def _score(text: str, outcome: Outcome) -> float:
+    spent = outcome.cpu_s if math.isfinite(outcome.cpu_s) else outcome.wall_s
+    return spent * 1e6 / max(len(text), 1)
+
+
+def _load_best(database: Path) -> list[tuple[Formula, int, float]]:
+    try:
+        entries = json.loads((database / BEST_FILE).read_text(encoding="utf-8"))
+        return [
+            (
+                Formula(e["prefix"], tuple(e["units"]), e["suffix"]),
+                int(e["size"]),
+                float(e["score"]),
+            )
+            for e in entries
+        ]
+    except (OSError, ValueError, TypeError, KeyError):  # none yet, or not ours: start afresh
+        return []
+
+
+def _save_best(
+    database: Path, best: list[tuple[Formula, int, float]], ran: list[tuple[Case, Outcome]]
+) -> None:
+    found = [
+        (case.formula, len(case.text), _score(case.text, outcome))
+        for case, outcome in ran
+        if case.formula is not None and outcome.status is Status.OK
+    ]
+    kept: dict[tuple[Formula, int], float] = {}
+    for formula, size, score in [*best, *found]:
+        kept[(formula, size)] = max(score, kept.get((formula, size), 0.0))
+    ranked = sorted(kept.items(), key=lambda item: -item[1])[:KEEP_BEST]
+    entries = [
+        {"prefix": f.prefix, "units": list(f.units), "suffix": f.suffix, "size": n, "score": s}
+        for (f, n), s in ranked
+    ]
+    with contextlib.suppress(OSError):
+        (database / BEST_FILE).write_text(json.dumps(entries, indent=1), encoding="utf-8")
 
 
 def _show(formula: Formula) -> str:

@@ -17,7 +17,7 @@ def clean(solution_str, ground_truth):
 
 
 def c_hang(solution_str, ground_truth):
-    if len(solution_str) > 3000:
+    if len(solution_str) > 6000:
         sum(range(10**13))  # one C call: no signal handler runs until it returns
     return 0.0
 """

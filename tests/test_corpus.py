@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -12,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang import _cases, _corpus, _harvest
+from pytest_rewardhang import _cases, _corpus, _harvest, _search
 from pytest_rewardhang._corpus import CorpusError
 from pytest_rewardhang._spec import load_callable
-from pytest_rewardhang.guard import Status, run
+from pytest_rewardhang.guard import Outcome, Status, run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -283,3 +284,26 @@ def test_harvest_finds_literals_patterns_and_regex_attacks(tmp_path: Path) -> No
     spec.loader.exec_module(module)
     out = run(module.compute_score, (text, "1"), budget=0.5)
     assert out.status is Status.TIMEOUT
+
+
+def _count_pairs(text: str) -> int:
+    return sum(text[i:].startswith("ab") for i in range(len(text)))
+
+
+def test_search_resumes_from_its_best_finds(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def probe(text: str) -> Outcome:
+        seen.append(text)
+        return run(_count_pairs, (text,), budget=2.0)
+
+    _search.search(probe, ["ab", "x"], 8, 1, tmp_path, 512)
+    best = json.loads((tmp_path / _search.BEST_FILE).read_text())
+    assert 1 <= len(best) <= _search.KEEP_BEST
+    assert [e["score"] for e in best] == sorted((e["score"] for e in best), reverse=True)
+    seen.clear()
+    _search.search(probe, ["ab", "x"], 8, 2, tmp_path, 512)
+    replayed = [
+        _corpus.Formula(e["prefix"], tuple(e["units"]), e["suffix"]).expand(e["size"]) for e in best
+    ]
+    assert set(replayed) <= set(seen[: len(replayed)])  # the next run starts from them

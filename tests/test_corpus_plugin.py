@@ -16,7 +16,7 @@ _CUBIC = re.compile(r"(?:qz)*(?:qz)*(?:qz)*X")
 
 
 def c_hang(solution_str, ground_truth):
-    if len(solution_str) > 3000:
+    if len(solution_str) > 6000:
         sum(range(10**13))
     return 0.0
 
@@ -119,7 +119,7 @@ def test_saved_hang_is_shrunk_and_replays_as_a_corpus(project: pytest.Pytester) 
     data = tomllib.loads(saved.read_text())
     assert data["family"] == "found-repetition-scorers-c-hang"
     [size] = data["case"][0]["sizes"]
-    assert 3000 < size < 8192 * 0.6, size  # shrunk from 8192 towards the 3000-char threshold
+    assert 6000 < size < 8192, size  # shrunk from 8192 towards the 6000-char threshold
     replay = project.runpytest_subprocess(
         *args, "--reward-hang-corpus=found", f"--reward-hang-family={data['family']}", "-v"
     )

@@ -27,7 +27,7 @@ def clean(solution_str, ground_truth):
 
 
 def c_hang(solution_str, ground_truth):
-    if len(solution_str) > 3000:
+    if len(solution_str) > 6000:
         sum(range(10**13))  # one C call: no signal handler runs until it returns
     return 0.0
 
@@ -48,7 +48,7 @@ def alarm_guarded(solution_str, ground_truth):
         signal.setitimer(signal.ITIMER_REAL, 0.05)
     try:
         spins = 0
-        while len(solution_str) > 3000:
+        while len(solution_str) > 6000:
             spins += 1
     except _Alarm:
         return 0.0
@@ -64,7 +64,7 @@ def leaks(solution_str, ground_truth):
 
 
 def errors(solution_str, ground_truth):
-    if len(solution_str) > 3000:
+    if len(solution_str) > 6000:
         raise ValueError("cannot parse a response this long")
     return 0.0
 '''
@@ -323,13 +323,13 @@ STYLES = {
     "verl-dispatcher": """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     assert data_source == "lighteval/MATH"
-    if len(solution_str) > 3000:
+    if len(solution_str) > 6000:
         sum(range(10**13))
     return 1.0
 """,
     "trl-strings": """
 def reward(completions, **kwargs):
-    if any(len(c) > 3000 for c in completions):
+    if any(len(c) > 6000 for c in completions):
         sum(range(10**13))
     return [1.0 for _ in completions]
 """,
@@ -337,13 +337,13 @@ def reward(completions, **kwargs):
 def reward(completions, solution, **kwargs):
     texts = [c[-1]["content"] for c in completions]
     assert len(solution) == len(texts)
-    if any(len(t) > 3000 for t in texts):
+    if any(len(t) > 6000 for t in texts):
         sum(range(10**13))
     return [1.0 for _ in texts]
 """,
     "openrlhf": """
 def reward_func(queries, prompts, labels):
-    if any(len(q) - len(p) > 3000 for q, p in zip(queries, prompts)):
+    if any(len(q) - len(p) > 6000 for q, p in zip(queries, prompts)):
         sum(range(10**13))
     return [0.0 for _ in queries]
 """,
