@@ -72,25 +72,5 @@ class PooledReward:
         ]
 
 
-def pooled_reward(
-    scorer: Callable[..., Any] | str,
-    *,
-    budget: float = 2.0,
-    default: float | None = 0.0,
-    workers: int = 2,
-    memory_mb: float | None = None,
-    columns: Collection[str] | None = None,
-    hang_log: str | None = None,
-    name: str | None = None,
-) -> PooledReward:
-    """A TRL ``reward_funcs`` entry that scores ``scorer`` per sample on a guarded pool."""
-    return PooledReward(
-        scorer,
-        budget=budget,
-        default=default,
-        workers=workers,
-        memory_mb=memory_mb,
-        columns=columns,
-        hang_log=hang_log,
-        name=name,
-    )
+#: A TRL ``reward_funcs`` entry that scores ``scorer`` per sample on a guarded pool.
+pooled_reward = PooledReward
