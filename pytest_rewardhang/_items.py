@@ -67,6 +67,7 @@ class FamilyItem(RewardHangItem):
         super().__init__(**kw)
         self.family = family
         self.session_plugin = session_plugin
+        self.growth: list[_growth.Growth] = []
         #: Listed as ``scorer-id::family`` in ``reward_hang_known``: strict for this item alone.
         self.known_hang = False
 
@@ -115,8 +116,6 @@ class FamilyItem(RewardHangItem):
         else:
             message = _report.growth_message(self.check, projected or too_steep, bool(projected))
         raise RewardHangFailure(message + _report.growth_lines(self.growth), hang=hang)
-
-    growth: list[_growth.Growth] = []  # noqa: RUF012 - replaced per item in runtest
 
     def _against_baseline(self, results: list[CaseResult]) -> None:
         """Record this family's baseline entry; fail on a regression the replay confirms.

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._baseline import Limit
 
 T = TypeVar("T")
+N = TypeVar("N", int, float)
 
 FAILURE_KINDS = ("timeout", "error", "crashed", "memory", "leak")
 
@@ -382,51 +383,39 @@ def _families(config: pytest.Config) -> tuple[frozenset[str] | None, str]:
     return (names or None), source
 
 
-def positive_seconds(raw: str) -> float:
+def _number(raw: str, kind: Callable[[str], N], valid: Callable[[N], bool], what: str) -> N:
+    """``raw`` as a ``kind`` that is ``valid``, else a ValueError saying what was expected."""
     try:
-        number = float(raw)
+        number = kind(raw)
     except ValueError:
-        number = math.nan
-    if not (math.isfinite(number) and number > 0):
-        raise ValueError("expected a positive number of seconds")
+        raise ValueError(f"expected {what}") from None
+    if not (math.isfinite(number) and valid(number)):
+        raise ValueError(f"expected {what}")
     return number
+
+
+def positive_seconds(raw: str) -> float:
+    return _number(raw, float, lambda n: n > 0, "a positive number of seconds")
+
+
+def positive_mib(raw: str) -> float:
+    return _number(raw, float, lambda n: n > 0, "a positive number of MiB")
 
 
 def non_negative_float(raw: str) -> float:
-    try:
-        number = float(raw)
-    except ValueError:
-        number = math.nan
-    if not (math.isfinite(number) and number >= 0):
-        raise ValueError("expected a number of MiB, 0 for no limit")
-    return number
+    return _number(raw, float, lambda n: n >= 0, "a number of MiB, 0 for no limit")
 
 
 def positive_int(raw: str) -> int:
-    try:
-        number = int(raw)
-    except ValueError:
-        number = 0
-    if number <= 0:
-        raise ValueError("expected a positive whole number")
-    return number
+    return _number(raw, int, lambda n: n > 0, "a positive whole number")
 
 
 def non_negative_int(raw: str) -> int:
-    try:
-        number = int(raw)
-    except ValueError:
-        number = -1
-    if number < 0:
-        raise ValueError("expected a whole number of examples, 0 for none")
-    return number
+    return _number(raw, int, lambda n: n >= 0, "a whole number of examples, 0 for none")
 
 
 def int_value(raw: str) -> int:
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError("expected a whole number") from None
+    return _number(raw, int, lambda n: True, "a whole number")
 
 
 def fail_on_set(raw: str) -> frozenset[str]:

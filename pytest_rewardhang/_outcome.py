@@ -41,6 +41,25 @@ _FRAME = re.compile(
     r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>\S+)', re.MULTILINE
 )
 
+#: ``(file, line, function)`` of one stack frame.
+Frame = tuple[str, int, str]
+
+
+def thread_stacks(stack: str | None, *, current_first: bool = False) -> list[list[Frame]]:
+    """Each thread's frames, innermost first, from a faulthandler dump, in its order."""
+    blocks = [block for block in (stack or "").split("\n\n") if block.strip()]
+    if current_first:
+        blocks.sort(key=lambda block: "Current thread" not in block)
+    stacks = [
+        [(m["file"], int(m["line"]), m["func"]) for m in _FRAME.finditer(block)] for block in blocks
+    ]
+    return [frames for frames in stacks if frames]
+
+
+def is_library(file: str) -> bool:
+    """The standard library, an installed package, or this package's machinery."""
+    return file.startswith(_LIBRARY_DIRS) or "site-packages" in file or "dist-packages" in file
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -75,20 +94,13 @@ class Outcome:
         return self.status is Status.OK
 
     @property
-    def stuck_at(self) -> tuple[str, int, str] | None:
+    def stuck_at(self) -> Frame | None:
         """``(file, line, function)`` where the call was stuck: the innermost frame of the
         caller's own code, past the standard library and installed packages it was inside."""
-        if not self.stack:
+        stacks = thread_stacks(self.stack, current_first=True)
+        if not stacks:
             return None
-        block = self.stack
-        current = block.find("Current thread")
-        if current >= 0:
-            block = block[current:]
-        frames = [(m["file"], int(m["line"]), m["func"]) for m in _FRAME.finditer(block)]
-        for frame in frames:
-            if not frame[0].startswith(_LIBRARY_DIRS):
-                return frame
-        return frames[0] if frames else None
+        return next((f for f in stacks[0] if not is_library(f[0])), stacks[0][0])
 
     def describe(self) -> str:
         """One line naming the cause, for logs and failure messages."""

@@ -4,43 +4,29 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._growth import SUPERLINEAR
-from ._outcome import Status
+from ._outcome import Frame, Status, is_library, thread_stacks
 
 if TYPE_CHECKING:
     from ._check import CaseResult, ScorerCheck
     from ._growth import Growth
 
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.+)$')
-_THIRD_PARTY = ("site-packages", "dist-packages", f"{os.sep}lib{os.sep}python")
 
-
-def stuck_frames(
-    stack: str | None, rootdir: Path
-) -> tuple[tuple[str, int, str] | None, list[tuple[str, int, str]]]:
+def stuck_frames(stack: str | None, rootdir: Path) -> tuple[Frame | None, list[Frame]]:
     """``(innermost frame, the user's own frames)`` of the first thread running user code.
 
     The scorer may run off the main thread, so "Current thread" is not necessarily the stuck one.
     """
-    package = str(Path(__file__).parent)
     root = str(rootdir)
-    for block in (stack or "").split("\n\n"):
-        frames = [
-            (m["file"], int(m["line"]), m["func"])
-            for m in map(_FRAME.match, block.splitlines())
-            if m is not None
-        ]
+    for frames in thread_stacks(stack):
         mine = [
             (_relative(file, rootdir), line, func)
             for file, line, func in frames
-            if not file.startswith(package)
-            and not any(part in file for part in _THIRD_PARTY)
-            and (file.startswith(root) or not os.path.isabs(file))
+            if not is_library(file) and (file.startswith(root) or not os.path.isabs(file))
         ]
         if mine:
             file, line, func = frames[0]

@@ -16,7 +16,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from ._options import positive_seconds
+from ._options import positive_mib, positive_seconds
 from ._spec import SpecError, is_file_target, split_spec
 
 KINDS = ("math", "text", "code")
@@ -80,7 +80,7 @@ def build(spec: str, keys: dict[str, Any], declared_in: str, rootdir: Path) -> S
         if "deadline" in keys:
             deadline = positive_seconds(str(keys["deadline"]))
         if "memory_mb" in keys:
-            memory = positive_seconds(str(keys["memory_mb"]))
+            memory = positive_mib(str(keys["memory_mb"]))
     except ValueError as exc:
         raise ScorerConfigError(f"{where}: {exc}") from None
     expect = keys.get("expect")
