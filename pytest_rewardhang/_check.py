@@ -293,7 +293,7 @@ class ScorerCheck:
         return path
 
 
-#: Search examples are kept small: CPU per character is what it maximises, not size.
+#: A cap on search sizes: past it, every example of a linear scorer costs the run real time.
 _SEARCH_MAX_CHARS = 16384
 
 

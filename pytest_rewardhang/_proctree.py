@@ -100,7 +100,9 @@ def kill_descendants(root: int) -> int:
     ``root`` must not fork meanwhile: it is stopped, or it is the caller itself. It does not
     wait for them to finish exiting: a process with SIGKILL pending never runs another
     instruction of its own, and tearing down a hundred forks of a large process takes the
-    kernel longer than a caller should wait.
+    kernel longer than a caller should wait. Each victim is moved to SCHED_IDLE first, so that
+    teardown does not starve the exit of ``root``, which the caller does wait for (a fork storm
+    of a 400 MB caller made that exit 0.4 s late on 2 cores; idle, 0.03 s).
     """
     signalled: set[int] = set()
     while True:
@@ -123,10 +125,27 @@ def _kill(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
         return
     try:
+        _demote(pid)
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     finally:
         os.close(pidfd)
+
+
+_IDLE = os.sched_param(0)
+
+
+def _demote(pid: int) -> None:
+    # Per thread: any of them may be the one that tears the address space down. The victim's
+    # parent is in the stopped tree, so its pid is not reaped and recycled before the SIGKILL
+    # (unless that parent ignores SIGCHLD; then a recycled pid of ours would run at idle priority).
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tids:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(int(tid), os.SCHED_IDLE, _IDLE)
 
 
 def _walk(root: int) -> Iterator[int]:

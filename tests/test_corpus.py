@@ -307,3 +307,19 @@ def test_search_resumes_from_its_best_finds(tmp_path: Path) -> None:
         _corpus.Formula(e["prefix"], tuple(e["units"]), e["suffix"]).expand(e["size"]) for e in best
     ]
     assert set(replayed) <= set(seen[: len(replayed)])  # the next run starts from them
+
+
+def test_search_probes_each_text_once(tmp_path: Path) -> None:
+    # A second run of a text always times out, as on a machine that got busy. Formulas that
+    # expand alike and Hypothesis's own replays must not re-run it; a re-run that changed its
+    # result ended the search with Hypothesis's FlakyFailure.
+    runs: dict[str, int] = {}
+
+    def probe(text: str) -> Outcome:
+        runs[text] = runs.get(text, 0) + 1
+        status = Status.OK if runs[text] == 1 else Status.TIMEOUT
+        return Outcome(status, wall_s=1e-3, cpu_s=len(text) * 1e-7, budget=0.5)
+
+    ran = _search.search(probe, ["ab", "c", "X"], 150, 11, tmp_path, 2048)
+    assert max(runs.values()) == 1
+    assert [outcome.status for _, outcome in ran] == [Status.OK] * len(runs)

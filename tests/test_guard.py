@@ -313,6 +313,10 @@ def test_processes_left_running_by_a_finished_call_are_killed(tmp_path: Path) ->
 
 def test_bounded_fork_storm_is_killed(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
+    # A caller of some size, as trainers are: a hundred copies of it tearing down at once must
+    # not hold up the exit of the call's own process, which the guard waits for.
+    ballast = bytearray(256 * 2**20)
+    ballast[::4096] = b"\1" * (len(ballast) // 4096)
 
     def storm() -> None:
         # Every process keeps forking until a shared budget of 120 forks is spent.
@@ -329,6 +333,7 @@ def test_bounded_fork_storm_is_killed(tmp_path: Path) -> None:
     assert len(pids) == 2**7 - 1
     assert out.leaked == len(pids)
     assert_dead(pids)
+    del ballast
 
 
 # --- callers ---------------------------------------------------------------------------------
