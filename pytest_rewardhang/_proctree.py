@@ -132,20 +132,20 @@ def _kill(pid: int) -> None:
         os.close(pidfd)
 
 
-_IDLE = os.sched_param(0)
-
-
 def _demote(pid: int) -> None:
     # Per thread: any of them may be the one that tears the address space down. The victim's
     # parent is in the stopped tree, so its pid is not reaped and recycled before the SIGKILL
     # (unless that parent ignores SIGCHLD; then a recycled pid of ours would run at idle priority).
+    if not sys.platform.startswith("linux"):
+        return
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return
+    idle = os.sched_param(0)
     for tid in tids:
         with contextlib.suppress(OSError):
-            os.sched_setscheduler(int(tid), os.SCHED_IDLE, _IDLE)
+            os.sched_setscheduler(int(tid), os.SCHED_IDLE, idle)
 
 
 def _walk(root: int) -> Iterator[int]:
