@@ -8,10 +8,12 @@ is running and since when: a crash or a kill loses exactly the current item and 
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import pickle
 import resource
 import struct
+import sys
 import termios
 import threading
 import time
@@ -54,7 +56,8 @@ def serve(
     code = 70
     try:
         setup_child(fds["output_w"], fds["stack_w"], memory_mb)
-        _Serve(fn, fds["task_r"], fds["result_w"], fds["output_r"], subreaper).loop()
+        writers = _never_blocking_stdio()
+        _Serve(fn, fds["task_r"], fds["result_w"], fds["output_r"], subreaper, writers).loop()
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the caller sees the exit and reports the item
         pass
@@ -62,11 +65,62 @@ def serve(
         os._exit(code)
 
 
+class _DroppingPipe(io.RawIOBase):  # pragma: no cover - worker only
+    """The output pipe for ``sys.stdout``/``sys.stderr``: what does not fit is dropped, counted.
+
+    Nobody reads a worker's output pipe while an item runs (the worker reads it after the item),
+    so a scorer that printed more than the pipe holds blocked in ``print`` until its deadline
+    and was reported as a hang. The pipe is opened a second time, non-blocking, so fds 1 and 2
+    stay blocking for C code and subprocesses, and everything written keeps its order.
+    """
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.target = fd
+        self.fd = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self.dropped = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.target  # what callers hand on, e.g. to a subprocess, is the blocking fd
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        size = len(view)
+        try:
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError:  # BlockingIOError when full; the rest, if the call closed the pipe
+            self.dropped += len(view)
+        return size
+
+
+def _never_blocking_stdio() -> list[_DroppingPipe]:  # pragma: no cover - worker only
+    try:
+        writers = [_DroppingPipe(1), _DroppingPipe(2)]
+    except OSError:  # no /proc: prints that overflow the pipe wait for the deadline, as before
+        return []
+    sys.stdout, sys.stderr = (
+        io.TextIOWrapper(io.BufferedWriter(w), line_buffering=True, errors="backslashreplace")
+        for w in writers
+    )
+    return writers
+
+
 class _Serve:  # pragma: no cover - worker only
     def __init__(
-        self, fn: Callable[..., Any], task_r: int, result_w: int, output_r: int, subreaper: bool
+        self,
+        fn: Callable[..., Any],
+        task_r: int,
+        result_w: int,
+        output_r: int,
+        subreaper: bool,
+        writers: list[_DroppingPipe],
     ) -> None:
         self.fn = fn
+        self.writers = writers
         self.task_r = task_r
         self.result_w = result_w
         self.output_r = output_r
@@ -129,6 +183,9 @@ class _Serve:  # pragma: no cover - worker only
         wall = time.perf_counter() - start
         leaked = self._leaked()
         output, dropped = self._output()
+        for writer in self.writers:
+            dropped += writer.dropped
+            writer.dropped = 0
         cpu_total = self.cpu_mark = time.process_time()
         # The peak only grows during an item that allocates, which takes time: a quick item
         # cannot have moved it far since the last look.

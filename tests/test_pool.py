@@ -56,6 +56,14 @@ def score(log: str, item: str, action: str = "ok") -> str:
     return item.upper()
 
 
+def chatty(mebibytes: int) -> str:
+    line = "x" * 1023
+    for _ in range(mebibytes * 1024):
+        print(line)
+    sys.stderr.write("done\n")
+    return "scored"
+
+
 def pid(*_: Any) -> int:
     return os.getpid()
 
@@ -147,6 +155,18 @@ def test_every_item_once_in_order_with_its_own_status(tmp_path: Path) -> None:
             assert out.stuck_at[2] == "score"
     # Scored exactly once each: nothing lost, nothing run twice after a kill or a crash.
     assert sorted(calls(Path(log))) == sorted(f"item{i}" for i in range(len(actions)))
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_printing_more_than_the_pipe_holds_is_not_a_hang() -> None:
+    # Two MiB of prints into a 1 MiB pipe that is read only when the item ends.
+    with Pool(chatty, workers=1, budget=BUDGET) as pool:
+        flood, quiet = pool.map([(2,), (0,)])
+    assert (flood.status, flood.value) == (Status.OK, "scored")
+    written, kept = 2 * 2**20 + len("done\n"), 64 * 1024
+    assert flood.output.startswith("x" * 1023 + "\n")
+    assert flood.output.endswith(f"\n[... {written - kept} more bytes of output discarded]")
+    assert quiet.output == "done\n"  # nothing of the flood is left for the next item
 
 
 @pytest.mark.usefixtures("no_leaks")
