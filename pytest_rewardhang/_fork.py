@@ -247,7 +247,9 @@ def kill_tree(pid: int, pidfd: int) -> int:
     # Until the stop takes effect the child could still finish a fork.
     with contextlib.suppress(ChildProcessError):
         os.waitid(os.P_PIDFD, pidfd, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
-    leaked = _proctree.kill_descendants(pid)
+    # Orphaned victims go to init, unless we are a subreaper (a guarded child, a pool worker or
+    # the zygote): then we reap them, and must not make them slow to exit.
+    leaked = _proctree.kill_descendants(pid, idle=not _proctree.reaps_orphans())
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):

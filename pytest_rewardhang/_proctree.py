@@ -19,6 +19,7 @@ from functools import cache
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 
 
 @cache
@@ -47,6 +48,17 @@ def become_subreaper(parent_pid: int) -> bool:
     if os.getppid() != parent_pid:  # the parent died before the line above took effect
         os._exit(1)
     return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+
+
+def reaps_orphans() -> bool:
+    """Whether this process is a child subreaper: orphans below it come back for it to reap."""
+    libc = _libc()
+    if libc is None:
+        return False
+    flag = ctypes.c_int(0)
+    return bool(
+        libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value
+    )
 
 
 def _children(pid: int) -> Iterator[int]:
@@ -94,15 +106,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def kill_descendants(root: int) -> int:
+def kill_descendants(root: int, *, idle: bool = False) -> int:
     """SIGKILL every living descendant of ``root``; returns how many there were.
 
     ``root`` must not fork meanwhile: it is stopped, or it is the caller itself. It does not
     wait for them to finish exiting: a process with SIGKILL pending never runs another
     instruction of its own, and tearing down a hundred forks of a large process takes the
-    kernel longer than a caller should wait. Each victim is moved to SCHED_IDLE first, so that
-    teardown does not starve the exit of ``root``, which the caller does wait for (a fork storm
-    of a 400 MB caller made that exit 0.4 s late on 2 cores; idle, 0.03 s).
+    kernel longer than a caller should wait.
+
+    ``idle`` is for a caller that then waits for ``root`` to exit but never for the victims: each
+    is moved to SCHED_IDLE first, so their teardown does not starve that exit (a fork storm of a
+    400 MB caller made it 0.4 s late on 2 cores; idle, 0.03 s). A caller that reaps the victims
+    itself must not ask for it: on a busy machine their idle teardown would keep it waiting.
     """
     signalled: set[int] = set()
     while True:
@@ -111,10 +126,10 @@ def kill_descendants(root: int) -> int:
             return len(signalled)
         for pid in found:
             signalled.add(pid)
-            _kill(pid)
+            _kill(pid, idle)
 
 
-def _kill(pid: int) -> None:
+def _kill(pid: int, idle: bool) -> None:
     """Through a pidfd, so a pid recycled since the walk is never signalled."""
     try:
         pidfd = os.pidfd_open(pid)
@@ -125,7 +140,8 @@ def _kill(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
         return
     try:
-        _demote(pid)
+        if idle:
+            _demote(pid)
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     finally:
