@@ -247,9 +247,7 @@ def kill_tree(pid: int, pidfd: int) -> int:
     # Until the stop takes effect the child could still finish a fork.
     with contextlib.suppress(ChildProcessError):
         os.waitid(os.P_PIDFD, pidfd, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
-    # Orphaned victims go to init, unless we are a subreaper (a guarded child, a pool worker or
-    # the zygote): then we reap them, and must not make them slow to exit.
-    leaked = _proctree.kill_descendants(pid, idle=not _proctree.reaps_orphans())
+    leaked = _proctree.kill_descendants(pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
@@ -415,7 +413,7 @@ def _reap_all() -> None:  # pragma: no cover - child only
             continue
 
 
-def write_all(fd: int, data: bytes) -> None:  # pragma: no cover - child only
+def write_all(fd: int, data: bytes | memoryview) -> None:  # pragma: no cover - child only
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

@@ -19,7 +19,6 @@ from functools import cache
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-_PR_GET_CHILD_SUBREAPER = 37
 
 
 @cache
@@ -48,17 +47,6 @@ def become_subreaper(parent_pid: int) -> bool:
     if os.getppid() != parent_pid:  # the parent died before the line above took effect
         os._exit(1)
     return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-
-
-def reaps_orphans() -> bool:
-    """Whether this process is a child subreaper: orphans below it come back for it to reap."""
-    libc = _libc()
-    if libc is None:
-        return False
-    flag = ctypes.c_int(0)
-    return bool(
-        libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value
-    )
 
 
 def _children(pid: int) -> Iterator[int]:
@@ -106,18 +94,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def kill_descendants(root: int, *, idle: bool = False) -> int:
+def kill_descendants(root: int) -> int:
     """SIGKILL every living descendant of ``root``; returns how many there were.
 
     ``root`` must not fork meanwhile: it is stopped, or it is the caller itself. It does not
     wait for them to finish exiting: a process with SIGKILL pending never runs another
     instruction of its own, and tearing down a hundred forks of a large process takes the
-    kernel longer than a caller should wait.
-
-    ``idle`` is for a caller that then waits for ``root`` to exit but never for the victims: each
-    is moved to SCHED_IDLE first, so their teardown does not starve that exit (a fork storm of a
-    400 MB caller made it 0.4 s late on 2 cores; idle, 0.03 s). A caller that reaps the victims
-    itself must not ask for it: on a busy machine their idle teardown would keep it waiting.
+    kernel longer than a caller should wait. Each victim goes to nice 19 first, so that
+    teardown does not starve the exit of ``root`` that the caller does wait for: a fork storm
+    of a 400 MB caller made it 0.4 s late on 2 idle cores (0.8-1.0 s with both busy); at nice
+    19, 0.03 s (0.06-0.14 s). Not SCHED_IDLE: no quicker, and a victim holding a lock of the
+    address space it shares with ``root`` could wait long for CPU on a busy machine.
     """
     signalled: set[int] = set()
     while True:
@@ -126,10 +113,10 @@ def kill_descendants(root: int, *, idle: bool = False) -> int:
             return len(signalled)
         for pid in found:
             signalled.add(pid)
-            _kill(pid, idle)
+            _kill(pid)
 
 
-def _kill(pid: int, idle: bool) -> None:
+def _kill(pid: int) -> None:
     """Through a pidfd, so a pid recycled since the walk is never signalled."""
     try:
         pidfd = os.pidfd_open(pid)
@@ -140,28 +127,30 @@ def _kill(pid: int, idle: bool) -> None:
             os.kill(pid, signal.SIGKILL)
         return
     try:
-        if idle:
-            _demote(pid)
+        _demote(pid)
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     finally:
         os.close(pidfd)
 
 
+_NICEST = 19
+
+
 def _demote(pid: int) -> None:
-    # Per thread: any of them may be the one that tears the address space down. The victim's
-    # parent is in the stopped tree, so its pid is not reaped and recycled before the SIGKILL
-    # (unless that parent ignores SIGCHLD; then a recycled pid of ours would run at idle priority).
+    # Per thread: any of them may be the one that tears the address space down. The walk lists
+    # parents first, so the victim's parent is ``root`` or has SIGKILL pending, and does not
+    # reap it and free its pid for reuse before this (unless that parent ignores SIGCHLD and
+    # the victim exits on its own just now: then a recycled pid would run at nice 19).
     if not sys.platform.startswith("linux"):
         return
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return
-    idle = os.sched_param(0)
     for tid in tids:
         with contextlib.suppress(OSError):
-            os.sched_setscheduler(int(tid), os.SCHED_IDLE, idle)
+            os.setpriority(os.PRIO_PROCESS, int(tid), _NICEST)
 
 
 def _walk(root: int) -> Iterator[int]:

@@ -147,9 +147,8 @@ def _save_best(
         for case, outcome in ran
         if case.formula is not None and outcome.status is Status.OK
     ]
-    kept: dict[tuple[Formula, int], float] = {}
-    for formula, size, score in [*best, *found]:
-        kept[(formula, size)] = max(score, kept.get((formula, size), 0.0))
+    # A formula run again this time keeps its new score: the old one may be a noisy outlier.
+    kept = {(formula, size): score for formula, size, score in [*best, *found]}
     ranked = sorted(kept.items(), key=lambda item: -item[1])[:KEEP_BEST]
     entries = [
         {"prefix": f.prefix, "units": list(f.units), "suffix": f.suffix, "size": n, "score": s}

@@ -77,6 +77,7 @@ class _DroppingPipe(io.RawIOBase):  # pragma: no cover - worker only
     def __init__(self, fd: int) -> None:
         super().__init__()
         self.target = fd
+        self.pipe = _identity(fd)
         self.fd = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         self.dropped = 0
 
@@ -89,12 +90,24 @@ class _DroppingPipe(io.RawIOBase):  # pragma: no cover - worker only
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         size = len(view)
+        if _identity(self.target) != self.pipe:
+            # The call pointed fd 1 (or 2) elsewhere, to capture or silence output with
+            # os.dup2: prints follow it there, as they would on a plain file over that fd.
+            write_all(self.target, view)
+            return size
         try:
             while view:
                 view = view[os.write(self.fd, view) :]
-        except OSError:  # BlockingIOError when full; the rest, if the call closed the pipe
+        except BlockingIOError:
             self.dropped += len(view)
+        except OSError:  # the call closed our descriptor; the blocking one still works
+            write_all(self.target, view)
         return size
+
+
+def _identity(fd: int) -> tuple[int, int]:  # pragma: no cover - worker only
+    status = os.fstat(fd)
+    return status.st_dev, status.st_ino
 
 
 def _never_blocking_stdio() -> list[_DroppingPipe]:  # pragma: no cover - worker only

@@ -315,7 +315,7 @@ def test_bounded_fork_storm_is_killed(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     # A caller of some size, as trainers are: a hundred copies of it tearing down at once must
     # not hold up the exit of the call's own process, which the guard waits for.
-    ballast = bytearray(256 * 2**20)
+    ballast = bytearray(128 * 2**20)
     ballast[::4096] = b"\1" * (len(ballast) // 4096)
 
     def storm() -> None:

@@ -64,6 +64,21 @@ def chatty(mebibytes: int) -> str:
     return "scored"
 
 
+def captured_by_dup2(path: str) -> str:
+    """Capture its own prints the way code scorers capture a program's: fd 1 onto a file."""
+    saved = os.dup(1)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.close(fd)
+    try:
+        print("into the file", flush=True)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    print("into the output")
+    return Path(path).read_text()
+
+
 def pid(*_: Any) -> int:
     return os.getpid()
 
@@ -167,6 +182,13 @@ def test_printing_more_than_the_pipe_holds_is_not_a_hang() -> None:
     assert flood.output.startswith("x" * 1023 + "\n")
     assert flood.output.endswith(f"\n[... {written - kept} more bytes of output discarded]")
     assert quiet.output == "done\n"  # nothing of the flood is left for the next item
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_prints_follow_a_redirected_fd_1(tmp_path: Path) -> None:
+    with Pool(captured_by_dup2, workers=1, budget=BUDGET) as pool:
+        [out] = pool.map([(str(tmp_path / "captured"),)])
+    assert (out.value, out.output) == ("into the file\n", "into the output\n")
 
 
 @pytest.mark.usefixtures("no_leaks")
