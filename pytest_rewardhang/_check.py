@@ -155,8 +155,9 @@ class ScorerCheck:
             kwargs = _calls.with_case(info, example, self.scorer.kind, case.text)
             if outcome.status is not Status.OK or outcome.leaked:
                 results.append(self._judge(CaseResult(case, len(case.text), outcome), kwargs))
-        # Only the slowest examples are worth a row each; failures always are.
-        slowest = sorted(ran, key=lambda pair: -pair[1].wall_s / max(len(pair[0].text), 1))[:3]
+        # Only the slowest examples are worth a row each; failures always are. Per character,
+        # the shortest inputs would win on the call's fixed cost alone.
+        slowest = sorted(ran, key=lambda pair: -pair[1].wall_s)[:3]
         for case, outcome in slowest:
             if outcome.status is Status.OK and not outcome.leaked:
                 results.append(CaseResult(case, len(case.text), outcome))
