@@ -6,7 +6,7 @@ from ._decorator import scorer
 from .guard import CallFailed, Mechanism, Outcome, Pool, Status, guarded, run
 
 if TYPE_CHECKING:
-    from ._scorers import ScorerSpec
+    from .check._scorers import ScorerSpec
 
 __version__ = "0.1.0"
 
@@ -27,7 +27,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # ScorerSpec's module imports pytest; trainers importing the guard should not pay for it.
     if name == "ScorerSpec":
-        from ._scorers import ScorerSpec
+        from .check._scorers import ScorerSpec
 
         return ScorerSpec
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from ._spec import SpecError, load_callable
 from .guard import run
+from .guard._spec import SpecError, load_callable
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import _options
+from .check import _options
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -16,7 +16,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from . import _hookspecs
+    from .check import _hookspecs
 
     pluginmanager.add_hookspecs(_hookspecs)
 
@@ -26,7 +26,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "reward_hang: a reward-function hang check added by --reward-hang-check"
     )
     if config.getoption("--reward-hang-check"):
-        from ._session import RewardHangSession
+        from .check._session import RewardHangSession
 
         settings = _options.load(config)
         config.pluginmanager.register(RewardHangSession(config, settings), "rewardhang-session")

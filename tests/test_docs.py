@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
 

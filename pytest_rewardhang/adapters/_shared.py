@@ -11,7 +11,8 @@ from typing import Any
 
 # Absolute imports throughout the adapters: verl loads a custom reward file as a standalone
 # module ("custom_module"), where relative imports fail.
-from pytest_rewardhang.guard import Outcome, Pool, Status, _reraisable
+from pytest_rewardhang.guard import Outcome, Pool, Status
+from pytest_rewardhang.guard._run import _reraisable
 
 log = logging.getLogger("pytest_rewardhang.adapters")
 

@@ -1,4 +1,4 @@
-"""The hang-inducing inputs of a run, expanded from the corpus files (see ``_corpus``).
+"""The hang-inducing inputs of a run, expanded from the corpus files (see ``_format``).
 
 Each response family's formulas are expanded along a size ladder up to ``max_chars``; code
 families are programs that defeat in-process timeouts. Cases of a family come smallest first.
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from . import _corpus
-from ._corpus import Corpus, Formula
+from . import _format
+from ._format import Corpus, Formula
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Case:
 
 @cache
 def load_corpus(extra_dirs: tuple[Path, ...] = ()) -> Corpus:
-    return _corpus.load(extra_dirs)
+    return _format.load(extra_dirs)
 
 
 def response_cases(corpus: Corpus, kind: str, max_chars: int, seed: int) -> list[Case]:
@@ -59,7 +59,7 @@ def response_cases(corpus: Corpus, kind: str, max_chars: int, seed: int) -> list
                 continue
             assert case.formula is not None
             stem = f"{family.family}-{case.name}" if case.name else family.family
-            for size in _corpus.ladder(case.sizes, max_chars):
+            for size in _format.ladder(case.sizes, max_chars):
                 if size < len(case.formula.prefix) + len(case.formula.suffix):
                     continue
                 found.append(

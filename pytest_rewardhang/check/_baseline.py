@@ -17,12 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__, _changed
-from ._outcome import Status
+from pytest_rewardhang import __version__
+from pytest_rewardhang.guard._outcome import Status
+
+from . import _changed
 
 if TYPE_CHECKING:
-    from ._check import CaseResult
-    from ._growth import Growth
+    from pytest_rewardhang.corpus._growth import Growth
+
+    from ._checker import CaseResult
 
 FORMAT = 1
 #: ``--reward-hang-compare-fail`` field -> baseline key. CPU fields are normalised.

@@ -8,12 +8,13 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._growth import SUPERLINEAR
-from ._outcome import Frame, Status, is_library, thread_stacks
+from pytest_rewardhang.corpus._growth import SUPERLINEAR
+from pytest_rewardhang.guard._outcome import Frame, Status, is_library, thread_stacks
 
 if TYPE_CHECKING:
-    from ._check import CaseResult, ScorerCheck
-    from ._growth import Growth
+    from pytest_rewardhang.corpus._growth import Growth
+
+    from ._checker import CaseResult, ScorerCheck
 
 
 def stuck_frames(stack: str | None, rootdir: Path) -> tuple[Frame | None, list[Frame]]:

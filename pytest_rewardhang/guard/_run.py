@@ -1,4 +1,4 @@
-"""Run any callable under a fork-kill budget and get a typed :class:`Outcome` back.
+"""``run`` and ``@guarded``: one call under a fork-kill budget, or the weaker fallbacks.
 
 In-process deadlines cannot be trusted with a reward function: SIGALRM never fires inside one
 long C call, is unavailable off the main thread, and is defeated by code that swallows
@@ -22,21 +22,8 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar, overload
 
-from ._fork import OUTPUT_LIMIT, caused_by_memory, run_forked
+from ._fork import caused_by_memory, run_forked
 from ._outcome import Mechanism, Outcome, Status
-from ._pool import Pool, PoolError
-
-__all__ = [
-    "OUTPUT_LIMIT",
-    "CallFailed",
-    "Mechanism",
-    "Outcome",
-    "Pool",
-    "PoolError",
-    "Status",
-    "guarded",
-    "run",
-]
 
 log = logging.getLogger("pytest_rewardhang.guard")
 

@@ -12,15 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _calls, _cases, _corpus, _found, _harvest
-from ._cases import Case
-from ._corpus import Formula
+from pytest_rewardhang.corpus import _cases, _format, _found, _harvest
+from pytest_rewardhang.corpus._cases import Case
+from pytest_rewardhang.corpus._format import Formula
+from pytest_rewardhang.guard import run
+from pytest_rewardhang.guard._outcome import Outcome, Status
+from pytest_rewardhang.guard._pool import Pool
+from pytest_rewardhang.guard._spec import SpecError, is_file_target, split_spec
+
+from . import _calls
 from ._options import Settings
-from ._outcome import Outcome, Status
-from ._pool import Pool
 from ._scorers import ScorerSpec
-from ._spec import is_file_target, split_spec
-from .guard import run
 
 #: Importing a scorer (sympy, torch, ...) may take far longer than one call is allowed.
 IMPORT_BUDGET_S = 120.0
@@ -131,7 +133,9 @@ class ScorerCheck:
         return self._harvested
 
     def _search(self, info: _calls.ScorerInfo, example: dict[str, Any]) -> list[CaseResult]:
-        from . import _search  # Hypothesis is imported only when a search is asked for
+        from pytest_rewardhang.corpus import (
+            _search,  # Hypothesis is imported only when a search is asked for
+        )
 
         self._harvest(example)
         units = self._units or ["a"]
@@ -299,7 +303,7 @@ _SEARCH_MAX_CHARS = 16384
 
 
 def _harvest_sizes(max_chars: int) -> list[int]:
-    return _corpus.ladder(_corpus.DEFAULT_SIZES, max_chars)
+    return _format.ladder(_format.DEFAULT_SIZES, max_chars)
 
 
 def harvested_cases(
@@ -363,9 +367,8 @@ def _absolute(spec: str, rootdir: Path) -> str:
 def _first_line(out: Outcome) -> str:
     if out.status is Status.ERROR and out.error:
         line = out.error.splitlines()[0]
-        for prefix in ("pytest_rewardhang._spec.SpecError: ", "SpecError: "):
-            line = line.removeprefix(prefix)
-        for prefix in ("pytest_rewardhang._calls.CallStyleError: ", "CallStyleError: "):
-            line = line.removeprefix(prefix)
+        for cls in (SpecError, _calls.CallStyleError):  # our own errors speak for themselves
+            for prefix in (f"{cls.__module__}.{cls.__qualname__}: ", f"{cls.__qualname__}: "):
+                line = line.removeprefix(prefix)
         return line
     return out.describe()

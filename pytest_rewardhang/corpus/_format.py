@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+import sys
 import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -122,9 +123,14 @@ class Corpus:
         return set(self.responses) | set(self.programs)
 
 
+def top_package_dir() -> Path:
+    top = sys.modules[__name__.partition(".")[0]]
+    return Path(top.__file__ or "").resolve().parent
+
+
 def bundled_dir() -> Path:
     """``corpora/`` inside the wheel, or at the repository root in a source checkout."""
-    package = Path(__file__).resolve().parent
+    package = top_package_dir()
     for candidate in (package / "corpora", package.parent / "corpora"):
         if candidate.is_dir():
             return candidate

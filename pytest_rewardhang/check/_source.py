@@ -6,7 +6,7 @@ import ast
 import sys
 from pathlib import Path
 
-from ._spec import is_file_target, split_spec
+from pytest_rewardhang.guard._spec import is_file_target, split_spec
 
 
 def locate(spec: str, rootdir: Path) -> tuple[Path | None, int | None]:

@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import _growth, _report
-from ._check import SEARCH, CaseResult, ScorerProblem
-from ._outcome import Status
+from pytest_rewardhang.corpus import _growth
+from pytest_rewardhang.guard._outcome import Status
+
+from . import _report
+from ._checker import SEARCH, CaseResult, ScorerProblem
 
 if TYPE_CHECKING:
     from ._baseline import Comparison
-    from ._check import ScorerCheck
+    from ._checker import ScorerCheck
     from ._session import RewardHangSession
 
 PROPERTY = "reward_hang"

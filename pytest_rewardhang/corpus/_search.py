@@ -18,10 +18,11 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+from pytest_rewardhang.guard._outcome import Outcome, Status
+
 from ._cases import Case
-from ._corpus import Formula
-from ._outcome import Outcome, Status
-from .strategies import formulas
+from ._format import Formula
+from ._strategies import formulas
 
 FAMILY = "search"
 MIN_SIZE = 64

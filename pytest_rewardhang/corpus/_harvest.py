@@ -18,8 +18,10 @@ from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
 
-from ._corpus import Formula
-from ._spec import load_callable
+from pytest_rewardhang.guard._spec import load_callable
+
+from . import _format
+from ._format import Formula
 
 MAX_UNITS = 10
 MAX_ATTACKS = 6
@@ -55,7 +57,7 @@ def collect(spec: str, rootdir: str, example: dict[str, Any]) -> Vocabulary:
     finally:
         re._compile = original  # type: ignore[attr-defined]
     literals: list[str] = []
-    package = str(Path(__file__).resolve().parent)
+    package = str(_format.top_package_dir())  # our own machinery, wherever it is installed
     for module in list(sys.modules.values()):
         file = getattr(module, "__file__", None)
         if not file or not file.endswith(".py"):

@@ -363,7 +363,7 @@ def test_a_callable_object_is_pickled_to_the_zygote_once(tmp_path: Path) -> None
 
 @pytest.mark.usefixtures("no_leaks")
 def test_a_spec_that_does_not_import_fails_at_construction(tmp_path: Path) -> None:
-    from pytest_rewardhang._spec import SpecError
+    from pytest_rewardhang.guard._spec import SpecError
 
     bad = tmp_path / "bad.py"
     bad.write_text("raise ImportError('no sympy here')\n")

@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang import _cases, _corpus, _harvest, _search
-from pytest_rewardhang._corpus import CorpusError
-from pytest_rewardhang._spec import load_callable
+from pytest_rewardhang.corpus import _cases, _harvest, _search
+from pytest_rewardhang.corpus import _format as _corpus
+from pytest_rewardhang.corpus._format import CorpusError
 from pytest_rewardhang.guard import Outcome, Status, run
+from pytest_rewardhang.guard._spec import load_callable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def example(name: str) -> Callable[..., Any]:

@@ -34,7 +34,8 @@ class Mechanism(enum.StrEnum):
 _LIBRARY_DIRS = tuple(
     {
         *(sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")),
-        str(Path(__file__).parent),
+        # The whole package, not just guard/: the check's frames are machinery too.
+        str(Path(__file__).resolve().parents[1]),
     }
 )
 _FRAME = re.compile(

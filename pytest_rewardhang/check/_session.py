@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
-from . import _baseline, _cases, _changed, _known, _scorers, _source
-from ._check import HARVESTED, IMPORT_BUDGET_S, SEARCH, CaseResult, ScorerCheck
-from ._corpus import CorpusError
-from ._growth import Growth
+from pytest_rewardhang.corpus import _cases
+from pytest_rewardhang.corpus._format import CorpusError
+from pytest_rewardhang.corpus._growth import Growth
+
+from . import _baseline, _changed, _known, _scorers, _source
+from ._checker import HARVESTED, IMPORT_BUDGET_S, SEARCH, CaseResult, ScorerCheck
 from ._items import BASELINE_PROPERTY, PROPERTY, FamilyItem, ScorerNode
 from ._options import Settings, as_dict
 from ._report import Summary

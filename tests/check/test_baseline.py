@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang import _baseline, _cases
+from pytest_rewardhang.check import _baseline
+from pytest_rewardhang.corpus import _cases
 
 pytestmark = pytest.mark.timeout(120)
 

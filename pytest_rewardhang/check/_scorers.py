@@ -16,8 +16,9 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from pytest_rewardhang.guard._spec import SpecError, is_file_target, split_spec
+
 from ._options import positive_mib, positive_seconds
-from ._spec import SpecError, is_file_target, split_spec
 
 KINDS = ("math", "text", "code")
 _KEYS = ("kind", "deadline", "example", "response", "id", "expect", "memory_mb")

@@ -42,9 +42,11 @@ from ._fork import (
     unpickle_failed,
 )
 from ._outcome import Mechanism, Outcome, Status
+from ._run import _check_limits
 from ._spec import SpecError, is_file_target, load_callable, split_spec
 from ._worker import PIPE_ROLES, RESULT, TASK, serve
 from ._zygote import EXITED, SOCKET_FD, SPAWNED, WID
+from ._zygote import main as zygote_main
 
 #: A caller this large pays ~55 ms per GiB for every worker it forks itself.
 LARGE_CALLER_BYTES = 1 << 30
@@ -71,9 +73,7 @@ _SIGNALS_TO_RESET = (
     signal.SIGUSR1,
     signal.SIGUSR2,
 )
-_ZYGOTE_CODE = (
-    "import sys; sys.path.insert(0, {root!r}); from pytest_rewardhang._zygote import main; main()"
-)
+_ZYGOTE_CODE = "import sys; sys.path.insert(0, {root!r}); from {module} import main; main()"
 
 
 _OK = Status.OK
@@ -191,8 +191,12 @@ class _Engine:
     def _start_zygote(self, target: tuple[Any, ...]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = ours
-        root = str(Path(__file__).resolve().parent.parent)
-        argv = [sys.executable, "-c", _ZYGOTE_CODE.format(root=root)]
+        # Where the top package can be imported from, and the zygote's module, derived rather
+        # than spelled: neither depends on where this file sits in the package.
+        top = sys.modules[__name__.partition(".")[0]]
+        root = str(Path(top.__file__ or "").resolve().parent.parent)
+        code = _ZYGOTE_CODE.format(root=root, module=zygote_main.__module__)
+        argv = [sys.executable, "-c", code]
         try:
             self.zygote_pid = os.posix_spawn(
                 sys.executable,
@@ -745,8 +749,6 @@ class Pool:
         budget: float = 2.0,
         memory_mb: float | None = None,
     ) -> None:
-        from .guard import _check_limits
-
         _check_limits(budget, memory_mb)
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be a positive int, not {workers!r}")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang import guard
+from pytest_rewardhang.guard import _run
 from pytest_rewardhang.guard import CallFailed, Mechanism, Outcome, Status, guarded, run
 
 pytestmark = [pytest.mark.usefixtures("no_leaks"), pytest.mark.timeout(30)]
@@ -101,7 +101,7 @@ def test_guarded_refuses_nonsense_when_decorating() -> None:
 def no_fork(monkeypatch: pytest.MonkeyPatch) -> None:
     """A platform without fork (Windows, WASI): the guard must degrade visibly."""
     monkeypatch.delattr(os, "fork")
-    monkeypatch.setattr(guard, "_warned", set())
+    monkeypatch.setattr(_run, "_warned", set())
 
 
 @pytest.mark.usefixtures("no_fork")

@@ -10,11 +10,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._corpus import FORMAT_VERSION
+from ._format import FORMAT_VERSION
 
 if TYPE_CHECKING:
+    from pytest_rewardhang.check._scorers import ScorerSpec
+
     from ._cases import Case
-    from ._scorers import ScorerSpec
 
 _SLUG = re.compile(r"[^a-z0-9]+")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._spec import load_callable
+from pytest_rewardhang.guard._spec import load_callable
 
 RESPONSE_NAMES = (
     "solution_str",

@@ -1,0 +1,70 @@
+"""The Hypothesis strategies behind :mod:`pytest_rewardhang.strategies` (imports Hypothesis)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hypothesis import strategies as st
+
+from . import _cases
+from ._format import Formula
+
+__all__ = ["degenerate_responses", "expanded", "formulas", "pathological_programs"]
+
+
+def _bundled_units() -> list[str]:
+    corpus = _cases.load_corpus()
+    units: list[str] = []
+    for family in corpus.responses.values():
+        for case in family.cases:
+            if case.formula is not None and not case.formula.alphabet:
+                units += case.formula.units
+    return list(dict.fromkeys(units))
+
+
+def formulas(
+    units: Sequence[str],
+    *,
+    affixes: Sequence[str] = (),
+    max_units: int = 3,
+) -> st.SearchStrategy[Formula]:
+    """Formulas whose repeated units (and prefix/suffix) come from ``units`` or ``affixes``."""
+    pool = list(dict.fromkeys(u for u in units if u))
+    if not pool:
+        raise ValueError("formulas() needs at least one non-empty unit")
+    pieces = st.sampled_from(pool)
+    around = st.sampled_from(["", *dict.fromkeys([*affixes, *pool, "!", "\x00", " "])])
+    unit = st.one_of(
+        pieces,
+        st.tuples(pieces, pieces).map("".join),
+        st.tuples(pieces, st.text(max_size=3)).map("".join),
+    )
+    return st.builds(
+        Formula,
+        prefix=around,
+        units=st.lists(unit, min_size=1, max_size=max_units).map(tuple),
+        suffix=around,
+    )
+
+
+def expanded(
+    formula_strategy: st.SearchStrategy[Formula], *, min_size: int = 16, max_size: int = 8192
+) -> st.SearchStrategy[str]:
+    """Texts expanded from drawn formulas, at a drawn size."""
+    return st.builds(lambda f, n: f.expand(n), formula_strategy, st.integers(min_size, max_size))
+
+
+def degenerate_responses(*, max_size: int = 8192) -> st.SearchStrategy[str]:
+    """Degenerate model responses: bundled cases, and formulas over the bundled units."""
+    bundled = [
+        case.text for case in _cases.cases_for("math", max_size, 0) if len(case.text) <= max_size
+    ]
+    return st.one_of(
+        st.sampled_from(bundled),
+        expanded(formulas(_bundled_units()), max_size=max_size),
+    )
+
+
+def pathological_programs() -> st.SearchStrategy[str]:
+    """The bundled pathological programs, for ``kind=code`` harnesses. Run them under a guard."""
+    return st.sampled_from([case.text for case in _cases.cases_for("code", 0, 0)])

@@ -1,0 +1,45 @@
+"""The guard: run any callable under a fork-kill budget and get a typed :class:`Outcome` back.
+
+In-process deadlines cannot be trusted with a reward function: SIGALRM never fires inside one
+long C call, is unavailable off the main thread, and is defeated by code that swallows
+``BaseException`` or re-arms the alarm; a thread cannot be killed at all. :func:`run` forks,
+runs the call in the child, and SIGKILLs the child and all its descendants at the budget;
+:class:`Pool` keeps warm guarded workers for batches.
+
+This package is the public surface of the guard and imports only the standard library: a trainer
+that imports it pays for nothing of pytest's. Its modules (all private):
+
+- ``_run``: :func:`run`, :func:`guarded`, the limit checks and the no-fork fallbacks;
+- ``_outcome``: :class:`Outcome`, :class:`Status`, :class:`Mechanism`, stack-dump frames;
+- ``_fork``: the caller's side of one forked call (wait, deadline, kill, decode);
+- ``_child``: what runs in a guarded process (stdio, stack dump, memory limit, the call);
+- ``_wire``: every frame and message that crosses a pipe or socket, both ends;
+- ``_proctree``: finding and killing a process's descendants through ``/proc``;
+- ``_spec``: importing a callable from ``pkg.mod:attr`` or ``path/file.py:attr``;
+- ``_pool``: :class:`Pool`, per-item deadlines, deaths and respawns; ``_launch``: how its
+  workers come to exist; ``_zygote`` and ``_worker``: the pool's two kinds of process.
+"""
+
+from ._fork import OUTPUT_LIMIT
+from ._outcome import Mechanism, Outcome, Status
+from ._pool import Pool, PoolError
+from ._run import CallFailed, guarded, run
+
+__all__ = [
+    "OUTPUT_LIMIT",
+    "CallFailed",
+    "Mechanism",
+    "Outcome",
+    "Pool",
+    "PoolError",
+    "Status",
+    "guarded",
+    "run",
+]
+
+# Public objects name their public home (reprs, pickles, docs), not the private module.
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith(__name__ + "."):
+        _obj.__module__ = __name__
+del _name, _obj
