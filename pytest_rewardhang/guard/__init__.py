@@ -11,19 +11,20 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 
 - ``_run``: :func:`run`, :func:`guarded`, the limit checks and the no-fork fallbacks;
 - ``_outcome``: :class:`Outcome`, :class:`Status`, :class:`Mechanism`, stack-dump frames;
-- ``_fork``: the caller's side of one forked call (wait, deadline, kill, decode);
+- ``_fork``: the caller's side of one forked call (wait, deadline, stack dump, kill, decode);
 - ``_child``: what runs in a guarded process (stdio, stack dump, memory limit, the call);
 - ``_wire``: every frame and message that crosses a pipe or socket, both ends;
-- ``_proctree``: finding and killing a process's descendants through ``/proc``;
+- ``_proctree``: finding, killing and reaping a process's descendants through ``/proc``;
 - ``_spec``: importing a callable from ``pkg.mod:attr`` or ``path/file.py:attr``;
 - ``_pool``: :class:`Pool`, per-item deadlines, deaths and respawns; ``_launch``: how its
   workers come to exist; ``_zygote`` and ``_worker``: the pool's two kinds of process.
 """
 
-from ._fork import OUTPUT_LIMIT
+from ._launch import PoolError
 from ._outcome import Mechanism, Outcome, Status
-from ._pool import Pool, PoolError
+from ._pool import Pool
 from ._run import CallFailed, guarded, run
+from ._wire import OUTPUT_LIMIT
 
 __all__ = [
     "OUTPUT_LIMIT",

@@ -1,4 +1,4 @@
-"""The typed result of one guarded call."""
+"""The typed result of one guarded call, and the evidence its status is decided from."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import enum
 import re
 import signal as _signal
 import sysconfig
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,26 @@ class Outcome:
             return f"crashed: exited with code {self.exit_code} without returning a result"
         first = (self.error or "").splitlines()[0] if self.error else str(self.status)
         return f"{self.status}: {first}"
+
+
+def raised(exc: BaseException) -> tuple[Status, str]:
+    """Status and error text of a call that raised ``exc``: its own lines, then its traceback.
+
+    MEMORY when a MemoryError is anywhere in its chain of causes, else ERROR.
+    """
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    text += "\n\n" + "".join(traceback.format_exception(exc))
+    return (Status.MEMORY if _caused_by_memory(exc) else Status.ERROR), text
+
+
+def _caused_by_memory(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 32:
+        if isinstance(exc, MemoryError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
 
 
 def _signal_name(number: int) -> str:

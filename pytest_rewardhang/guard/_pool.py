@@ -1,55 +1,66 @@
-"""A warm pool of guarded workers: batch scoring with an exact per-item deadline.
+"""A warm pool of guarded workers: batch scoring with an exact per-item deadline, in the caller.
 
 Workers are forked from a zygote (see :mod:`._zygote`) that imported the scorer in a fresh
-interpreter, so their cost does not depend on the caller's size or threads. Each worker answers
+interpreter, so their cost does not depend on the caller's size or threads (how each comes to
+exist, from the zygote or from the caller, is :mod:`._launch`'s). Each worker answers
 every item before it starts the next one, which lets the caller know at all times which item a
 worker is running and since when; the caller waits in ``poll()`` on the workers' result pipes
 with the earliest deadline as its timeout. It starts no thread and installs no signal handler.
+Here: handing out batches, the per-item deadlines, accounting for deaths, respawning, closing.
 """
 
 from __future__ import annotations
 
-import array
 import contextlib
-import fcntl
-import functools
 import math
 import os
 import pickle
+import resource
 import select
 import signal
-import socket
 import sys
 import threading
 import time
-import types
-import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from . import _proctree
-from ._fork import (
+from ._launch import (
+    START_TIMEOUT_S,
+    PoolError,
+    Zygote,
+    fork_here,
+    import_target,
+    warn_if_large,
+    worker_pipes,
+)
+from ._outcome import Outcome, Status
+from ._run import _check_limits
+from ._spec import SpecError, load_callable
+from ._wire import (
+    CHUNK,
     DUMP_LEAD_S,
     DUMP_SIGNAL,
-    kill_tree,
+    EXITED,
+    MSG_FORKED,
+    MSG_REAPED,
+    OUTPUT_LIMIT,
+    PIPE_ROLES,
+    SPAWNED,
+    STACK_LIMIT,
+    common_fields,
+    died,
     outcome_from_frame,
     output_text,
     read_bounded,
+    result_frames,
+    task_header,
     unpickle_failed,
 )
-from ._outcome import Mechanism, Outcome, Status
-from ._run import _check_limits
-from ._spec import SpecError, is_file_target, load_callable, split_spec
-from ._worker import PIPE_ROLES, RESULT, TASK, serve
-from ._zygote import EXITED, SOCKET_FD, SPAWNED, WID
-from ._zygote import main as zygote_main
 
-#: A caller this large pays ~55 ms per GiB for every worker it forks itself.
-LARGE_CALLER_BYTES = 1 << 30
 #: Roughly how much work one task frame carries: big enough to amortise the pipe round trip,
 #: small enough that few items wait behind a hang and the last items spread over all workers.
 _BATCH_S = 0.002
@@ -57,31 +68,8 @@ _BATCH_S = 0.002
 _GATHER_S = 0.001
 _FOREVER_S = 1e9
 _MAX_BATCH = 256
-_START_TIMEOUT_S = 120.0
-_CLOSE_TIMEOUT_S = 10.0
-_PIPE_SIZE = 1 << 20
-_CHUNK = 1 << 20
-_STACK_LIMIT = 1 << 20
-_SIGNALS_TO_RESET = (
-    signal.SIGCHLD,
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-    signal.SIGQUIT,
-    signal.SIGPIPE,
-    signal.SIGALRM,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-)
-_ZYGOTE_CODE = "import sys; sys.path.insert(0, {root!r}); from {module} import main; main()"
-
 
 _OK = Status.OK
-_SUBREAPER = _proctree._PR_SET_CHILD_SUBREAPER
-
-
-class PoolError(RuntimeError):
-    """The pool itself failed (its zygote died, or workers die before they can take an item)."""
 
 
 class _Worker:
@@ -152,9 +140,7 @@ class _Engine:
         self.to_spawn = 0
         self.fruitless_deaths = 0
         self.mean_item_s: float | None = None
-        self.sock: socket.socket | None = None
-        self.zygote_pid = 0
-        self.zygote_pidfd = -1
+        self.zygote: Zygote | None = None
         self.fn: Callable[..., Any] | None = None
         # Per map() call:
         self.results: list[Outcome | None] = []
@@ -167,103 +153,42 @@ class _Engine:
 
     def start(self, fn: Callable[..., Any] | str) -> None:
         _proctree.prepare()
-        target = _import_target(fn)
+        target = import_target(fn)
         if target is not None and sys.executable:
             try:
-                self._start_zygote(target)
+                self.zygote = Zygote.start(target, self.memory_mb)
             except SpecError:
                 if isinstance(fn, str):
                     raise
                 # It imports here but not in a fresh interpreter (sys.path set up by a
                 # framework, say): serve the object we were given after all.
-                self._stop_zygote()
-                self._forget_zygote()
                 target = None
+            else:
+                self._register(self.zygote.sock.fileno(), "zygote", None, select.POLLIN)
+                self._register(self.zygote.pidfd, "zygote", None, select.POLLIN)
         if target is None:
             self.fn = load_callable(fn) if isinstance(fn, str) else fn
-            _warn_if_large()
+            warn_if_large()
         for _ in range(self.size):
             self._spawn()
         self._wait_ready()
 
     # --- processes ---------------------------------------------------------------------------
 
-    def _start_zygote(self, target: tuple[Any, ...]) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock = ours
-        # Where the top package can be imported from, and the zygote's module, derived rather
-        # than spelled: neither depends on where this file sits in the package.
-        top = sys.modules[__name__.partition(".")[0]]
-        root = str(Path(top.__file__ or "").resolve().parent.parent)
-        code = _ZYGOTE_CODE.format(root=root, module=zygote_main.__module__)
-        argv = [sys.executable, "-c", code]
-        try:
-            self.zygote_pid = os.posix_spawn(
-                sys.executable,
-                argv,
-                os.environ,
-                file_actions=[
-                    (os.POSIX_SPAWN_DUP2, theirs.fileno(), SOCKET_FD),
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                ],
-                setsid=True,
-                setsigmask=(),
-                setsigdef=_SIGNALS_TO_RESET,
-            )
-        finally:
-            theirs.close()
-        self.zygote_pidfd = os.pidfd_open(self.zygote_pid)
-        config = {"path": list(sys.path), "target": target, "memory_mb": self.memory_mb}
-        ours.sendall(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL))
-        self._register(ours.fileno(), "zygote", None, select.POLLIN)
-        self._register(self.zygote_pidfd, "zygote", None, select.POLLIN)
-        reply = self._await_zygote_reply()
-        if reply[:1] == b"E":
-            raise SpecError(reply[1:].decode("utf-8", "replace"))
-        os.set_blocking(ours.fileno(), False)
-
-    def _await_zygote_reply(self) -> bytes:
-        assert self.sock is not None
-        poller = select.poll()
-        poller.register(self.sock.fileno(), select.POLLIN)
-        if not poller.poll(_START_TIMEOUT_S * 1000):
-            raise PoolError(f"the pool's zygote did not start within {_START_TIMEOUT_S:g} s")
-        reply = self.sock.recv(1 << 16)
-        if not reply:
-            raise PoolError("the pool's zygote exited while importing the scorer")
-        return reply
-
     def _spawn(self) -> None:
         wid = self.next_wid
         self.next_wid += 1
-        pairs = {
-            "task": os.pipe2(os.O_CLOEXEC),
-            "result": os.pipe2(os.O_CLOEXEC),
-            "output": os.pipe2(os.O_CLOEXEC),
-            "stack": os.pipe2(os.O_CLOEXEC),
-        }
-        for role in ("output", "task"):  # room for an item's output, and for whole batches
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(pairs[role][1], fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
-        theirs = {
-            "task_r": pairs["task"][0],
-            "result_w": pairs["result"][1],
-            "output_w": pairs["output"][1],
-            "output_r": pairs["output"][0],
-            "stack_w": pairs["stack"][1],
-        }
-        ours = {
-            "task_w": pairs["task"][1],
-            "result_r": pairs["result"][0],
-            "output_r": pairs["output"][0],
-            "stack_r": pairs["stack"][0],
-        }
+        theirs, ours = worker_pipes()
         worker = _Worker(wid, ours)
         try:
-            if self.sock is not None:
-                socket.send_fds(self.sock, [b"F" + WID.pack(wid)], [theirs[r] for r in PIPE_ROLES])
+            if self.zygote is not None:
+                self.zygote.fork(wid, [theirs[role] for role in PIPE_ROLES])
             else:
-                self._fork_here(worker, theirs)
+                assert self.fn is not None
+                inherited = [fd for w in self.workers.values() for fd in w.fds.values()]
+                inherited += [fd for fd in ours.values() if fd != theirs["output_r"]]
+                worker.pid, worker.pidfd = fork_here(self.fn, theirs, self.memory_mb, inherited)
+                worker.ready = True
         except BaseException:
             for fd in {*theirs.values(), *ours.values()}:
                 os.close(fd)
@@ -278,32 +203,6 @@ class _Engine:
         if worker.pidfd >= 0:
             self._register(worker.pidfd, "pidfd", worker, select.POLLIN)
 
-    def _fork_here(self, worker: _Worker, theirs: dict[str, int]) -> None:
-        """Fork a worker from the caller: for callables a fresh interpreter cannot import."""
-        assert self.fn is not None
-        parent = os.getpid()
-        # A death signal follows the forking *thread*; only the main thread lives as long.
-        main_thread = threading.current_thread() is threading.main_thread()
-        others = [fd for w in self.workers.values() for fd in w.fds.values()]
-        others += [fd for fd in worker.fds.values() if fd != theirs["output_r"]]
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the worker
-            try:
-                for fd in others:
-                    os.close(fd)
-                os.setsid()
-                if main_thread:
-                    subreaper = _proctree.become_subreaper(parent)
-                else:
-                    libc = _proctree._libc()
-                    subreaper = libc is not None and libc.prctl(_SUBREAPER, 1, 0, 0, 0) == 0
-                serve(self.fn, theirs, self.memory_mb, subreaper)
-            finally:
-                os._exit(70)
-        worker.pid = pid
-        worker.pidfd = os.pidfd_open(pid)
-        worker.ready = True
-
     def _register(self, fd: int, kind: str, worker: _Worker | None, events: int) -> None:
         self.by_fd[fd] = (kind, worker)
         self.poller.register(fd, events)
@@ -313,11 +212,11 @@ class _Engine:
             self.poller.unregister(fd)
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + _START_TIMEOUT_S
+        deadline = time.monotonic() + START_TIMEOUT_S
         while not all(w.ready for w in self.workers.values()):
             left = deadline - time.monotonic()
             if left <= 0:
-                raise PoolError(f"workers did not start within {_START_TIMEOUT_S:g} s")
+                raise PoolError(f"workers did not start within {START_TIMEOUT_S:g} s")
             self._handle(self.poller.poll(math.ceil(left * 1000)))
             self._respawn()
 
@@ -402,10 +301,7 @@ class _Engine:
             if not batch:
                 return
             blob = pickle.dumps([self.items[i] for i in batch], protocol=pickle.HIGHEST_PROTOCOL)
-        indexes = array.array("Q", batch)
-        if sys.byteorder != "big":
-            indexes.byteswap()
-        header = TASK.pack(len(blob), len(batch)) + indexes.tobytes()
+        header = task_header(batch, len(blob))
         entries = [[i, None] for i in batch]
         worker.sent.extend(entries)
         worker.queued += len(header) + len(blob)
@@ -490,19 +386,19 @@ class _Engine:
     def _kill(self, worker: _Worker, index: int, now: float) -> None:
         worker.kill_for = index
         worker.kill_time = now
-        if self.sock is not None:
-            self.sock.send(b"K" + WID.pack(worker.wid))
+        if self.zygote is not None:
+            self.zygote.kill(worker.wid)
             # Ask for the replacement now: the zygote forks it while the dead one is torn down.
             self.to_spawn += 1
             return
-        leaked = kill_tree(worker.pid, worker.pidfd)
-        self._reap_here(worker, leaked)
+        self._reaped(worker, *_proctree.kill_and_reap(worker.pid, worker.pidfd))
 
-    def _reap_here(self, worker: _Worker, leaked: int) -> None:
-        try:
-            _, status, usage = os.wait4(worker.pid, 0)
-        except ChildProcessError:  # the caller reaps children itself, or ignores SIGCHLD
-            self._on_death(worker, -1, math.nan, 0.0, leaked)
+    def _reaped(
+        self, worker: _Worker, leaked: int, status: int, usage: resource.struct_rusage | None
+    ) -> None:
+        """Account for a worker forked here, now reaped, as for one the zygote reports."""
+        if usage is None:
+            self._on_death(worker, status, math.nan, 0.0, leaked)
         else:
             cpu = usage.ru_utime + usage.ru_stime
             self._on_death(worker, status, cpu, usage.ru_maxrss, leaked)
@@ -521,22 +417,15 @@ class _Engine:
             elif kind == "pidfd":
                 assert worker is not None
                 if worker.wid in self.workers:
-                    self._reap_here(worker, 0)
+                    self._reaped(worker, 0, *_proctree.reap(worker.pid))
             elif kind == "zygote":
                 self._zygote_messages()
 
     def _zygote_messages(self) -> None:
-        assert self.sock is not None
-        while True:
-            try:
-                message, fds, _, _ = socket.recv_fds(self.sock, 256, 1)
-            except BlockingIOError:
-                return
-            except ConnectionError:
-                message, fds = b"", []
-            if not message:
-                raise PoolError("the pool's zygote died; its workers died with it")
-            if message[:1] == b"P":
+        assert self.zygote is not None
+        while (received := self.zygote.receive()) is not None:
+            message, fds = received
+            if message[:1] == MSG_FORKED:
                 wid, pid = SPAWNED.unpack_from(message, 1)
                 worker = self.workers.get(wid)
                 if worker is None or not fds:
@@ -544,7 +433,7 @@ class _Engine:
                         os.close(fd)
                     continue
                 worker.pid, worker.pidfd, worker.ready = pid, fds[0], True
-            elif message[:1] == b"X":
+            elif message[:1] == MSG_REAPED:
                 wid, status, cpu, rss, leaked = EXITED.unpack_from(message, 1)
                 if wid in self.workers:
                     self._on_death(self.workers[wid], status, cpu, rss, leaked)
@@ -553,25 +442,19 @@ class _Engine:
         fd = worker.fds["result_r"]
         while True:
             try:
-                chunk = os.read(fd, _CHUNK)
+                chunk = os.read(fd, CHUNK)
             except BlockingIOError:
                 break
             if not chunk:
                 break
             worker.inbuf += chunk
-            if len(chunk) < _CHUNK:
+            if len(chunk) < CHUNK:
                 break
-        buffer = worker.inbuf
-        offset = 0
-        while len(buffer) - offset >= RESULT.size:
-            fields = RESULT.unpack_from(buffer, offset)
-            end = offset + RESULT.size + fields[1] + fields[0]
-            if len(buffer) < end:
-                break
-            self._answered(worker, fields, buffer, offset + RESULT.size)
-            offset = end
-        if offset:
-            del buffer[:offset]
+        frames, consumed = result_frames(worker.inbuf)
+        for fields, at in frames:
+            self._answered(worker, fields, worker.inbuf, at)
+        if consumed:
+            del worker.inbuf[:consumed]
 
     def _answered(
         self, worker: _Worker, fields: tuple[Any, ...], buffer: bytearray, at: int
@@ -583,7 +466,7 @@ class _Engine:
         worker.last_end = end
         worker.cpu_base = cpu_total
         if worker.dumped == index:  # the dump came just before it finished: drop it
-            read_bounded(worker.fds["stack_r"], _STACK_LIMIT)
+            read_bounded(worker.fds["stack_r"], STACK_LIMIT)
             worker.dumped = None
         self.fruitless_deaths = 0
         self.mean_item_s = wall if self.mean_item_s is None else 0.8 * self.mean_item_s + 0.2 * wall
@@ -599,14 +482,8 @@ class _Engine:
                 _OK, value, None, None, wall, cpu, rss / 1024, None, None, None, "", 0, self.budget
             )
         else:
-            common: dict[str, Any] = {
-                "wall_s": wall,
-                "cpu_s": cpu,
-                "max_rss_mb": rss / 1024,
-                "output": output_text(bytes(buffer[at : at + output_size]), dropped),
-                "budget": self.budget,
-                "mechanism": Mechanism.FORK,
-            }
+            output = output_text(bytes(buffer[at : at + output_size]), dropped)
+            common = common_fields(wall, cpu, rss, output, self.budget)
             if status is None:
                 outcome = unpickle_failed(exception, leaked, common)
             else:
@@ -624,36 +501,29 @@ class _Engine:
         if current is not None and self.remaining:
             index, start = current
             back.pop(0)
-            output, dropped = read_bounded(worker.fds["output_r"], 64 * 1024)
-            common: dict[str, Any] = {
-                "cpu_s": cpu - worker.cpu_base,
-                "max_rss_mb": rss / 1024,
-                "output": output_text(output, dropped),
-                "budget": self.budget,
-                "mechanism": Mechanism.FORK,
-                "leaked": leaked,
-            }
-            if worker.kill_for == index:
-                stack, _ = read_bounded(worker.fds["stack_r"], _STACK_LIMIT)
-                outcome: Outcome | None = Outcome(
-                    Status.TIMEOUT,
-                    wall_s=worker.kill_time - start,
-                    stack=stack.decode("utf-8", "replace") or None,
-                    **common,
+            if worker.kill_for is None or worker.kill_for == index:
+                killed = worker.kill_for == index
+                wall = (worker.kill_time if killed else now) - start
+                ended, signum, exit_code = died(
+                    status, killed=killed, dumped=worker.dumped == index
                 )
-            elif worker.kill_for is not None:
+                stack = None
+                if ended is Status.TIMEOUT:
+                    dump, _ = read_bounded(worker.fds["stack_r"], STACK_LIMIT)
+                    stack = dump.decode("utf-8", "replace") or None
+                output = output_text(*read_bounded(worker.fds["output_r"], OUTPUT_LIMIT))
+                outcome: Outcome | None = Outcome(
+                    ended,
+                    stack=stack,
+                    signal=signum,
+                    exit_code=exit_code,
+                    leaked=leaked,
+                    **common_fields(wall, cpu - worker.cpu_base, rss, output, self.budget),
+                )
+            else:
                 # Killed for an item that answered at the deadline; this one had just begun.
                 outcome = None
                 back.insert(0, index)
-            else:
-                signum = exit_code = None
-                if status >= 0 and os.WIFSIGNALED(status):
-                    signum = os.WTERMSIG(status)
-                elif status >= 0 and os.WIFEXITED(status):
-                    exit_code = os.WEXITSTATUS(status)
-                outcome = Outcome(
-                    Status.CRASHED, wall_s=now - start, signal=signum, exit_code=exit_code, **common
-                )
             if outcome is not None:
                 self.results[index] = outcome
                 self.remaining -= 1
@@ -665,7 +535,7 @@ class _Engine:
             return
         if self.fruitless_deaths > 4 * self.size:
             raise PoolError("workers keep dying before they take an item")
-        if worker.kill_for is None or self.sock is None:  # else requested at the kill
+        if worker.kill_for is None or self.zygote is None:  # else requested at the kill
             self.to_spawn += 1
 
     def _forget(self, worker: _Worker) -> None:
@@ -684,50 +554,23 @@ class _Engine:
         if os.getpid() != self.owner:
             return  # the processes are the owner's to stop; our copies of the fds die with us
         try:
-            if self.sock is not None:
-                self._stop_zygote()
+            if self.zygote is not None:
+                self.zygote.stop()
             else:
                 for worker in list(self.workers.values()):
                     if worker.pidfd >= 0:
-                        leaked = kill_tree(worker.pid, worker.pidfd)
-                        with contextlib.suppress(ChildProcessError):
-                            os.wait4(worker.pid, 0)
-                        del leaked
+                        _proctree.kill_and_reap(worker.pid, worker.pidfd)
         finally:
             for worker in list(self.workers.values()):
                 self._forget(worker)
             self._forget_zygote()
 
     def _forget_zygote(self) -> None:
-        if self.sock is not None:
-            self._unregister(self.sock.fileno())
-            self.sock.close()
-            self.sock = None
-        if self.zygote_pidfd >= 0:
-            self._unregister(self.zygote_pidfd)
-            os.close(self.zygote_pidfd)
-            self.zygote_pidfd = -1
-
-    def _stop_zygote(self) -> None:
-        assert self.sock is not None
-        with contextlib.suppress(OSError):
-            self.sock.send(b"Q")
-        if self.zygote_pid and self.zygote_pidfd < 0:  # spawned, but pidfd_open failed
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.zygote_pid, signal.SIGKILL)
-        if self.zygote_pidfd < 0:
-            with contextlib.suppress(ChildProcessError):
-                if self.zygote_pid:
-                    os.waitpid(self.zygote_pid, 0)
-            return
-        poller = select.poll()
-        poller.register(self.zygote_pidfd, select.POLLIN)
-        if not poller.poll(_CLOSE_TIMEOUT_S * 1000):
-            # It killed every worker it could first; the rest die with it (PDEATHSIG).
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self.zygote_pidfd, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.zygote_pid, 0)
+        if self.zygote is not None:
+            self._unregister(self.zygote.sock.fileno())
+            self._unregister(self.zygote.pidfd)
+            self.zygote.close()
+            self.zygote = None
 
 
 class Pool:
@@ -800,65 +643,3 @@ def _arguments(item: object) -> tuple[Any, ...] | dict[str, Any]:
         "each item is a tuple of positional arguments or a dict of keyword arguments, "
         f"not {type(item).__name__}"
     )
-
-
-def _import_target(fn: Callable[..., Any] | str) -> tuple[Any, ...] | None:
-    """What a fresh interpreter imports to get ``fn``, or None when it cannot."""
-    if isinstance(fn, str):
-        target, attr = split_spec(fn)
-        if is_file_target(target) and not Path(target).is_absolute():
-            target = str(Path.cwd() / target)
-        return ("spec", f"{target}:{attr}")
-    if not isinstance(fn, _PLAIN_CALLABLES) and _importable(type(fn)):
-        # A callable object of an importable class travels pickled; unpickling it in the
-        # zygote may import what it wraps there, once for every worker.
-        try:
-            return ("pickle", pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL))
-        except Exception:  # noqa: BLE001 - not picklable: served from the caller instead
-            return None
-    module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str):
-        return None
-    if module == "__main__" or "<" in qualname:
-        return None
-    # A module loaded from a file under a made-up name (verl loads a custom reward file as
-    # "custom_module", without registering it) is found by its path instead.
-    path = getattr(fn, "__globals__", {}).get("__file__")
-    path = path if isinstance(path, str) and path.endswith(".py") else ""
-    found: Any = sys.modules.get(module)
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
-    if found is fn or (found is None and path):
-        return ("function", module, qualname, path)
-    return None  # that name holds something else (a wrapper, a rebinding): serve fn itself
-
-
-_PLAIN_CALLABLES = (
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
-    functools.partial,
-    type,
-)
-
-
-def _importable(cls: type) -> bool:
-    return cls.__module__ != "__main__" and "<" not in cls.__qualname__
-
-
-def _warn_if_large() -> None:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return
-    if resident > LARGE_CALLER_BYTES:
-        warnings.warn(
-            f"Pool: the scorer cannot be imported by name (a lambda, closure or method), so its "
-            f"workers are forked from this {resident / (1 << 30):.1f} GiB process: every worker "
-            f"start costs ~55 ms per GiB and may copy locks held by other threads. Pass a "
-            f"module-level function or a 'pkg.mod:func' spec to fork them from a clean zygote.",
-            RuntimeWarning,
-            stacklevel=4,
-        )

@@ -1,4 +1,6 @@
-"""Finding and killing every descendant of a process, setsid() escapees included.
+"""Finding, killing and reaping every descendant of a process, setsid() escapees included.
+
+Used by the caller (run's parent, the pool), the zygote, and the guarded processes themselves.
 
 The guard's child makes itself a child subreaper (Linux), so any descendant orphaned below it is
 re-parented to it instead of to init: while the child lives, its subtree is closed and can be
@@ -12,9 +14,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from functools import cache
 
 _PR_SET_PDEATHSIG = 1
@@ -38,14 +41,19 @@ def prepare() -> None:
         libc.prctl  # noqa: B018 - ctypes caches the symbol on first attribute access
 
 
-def become_subreaper(parent_pid: int) -> bool:
-    """In the child: adopt orphaned descendants, and die with the parent. False off Linux."""
+def become_subreaper(parent_pid: int | None) -> bool:
+    """Adopt orphaned descendants, and die with ``parent_pid`` if given. False off Linux.
+
+    Called in a new process: a death signal follows the *thread* that forked it, so only a
+    process forked by its parent's main thread gets one.
+    """
     libc = _libc()
     if libc is None:
         return False
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the parent died before the line above took effect
-        os._exit(1)
+    if parent_pid is not None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before the line above took effect
+            os._exit(1)
     return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
 
 
@@ -159,3 +167,64 @@ def _walk(root: int) -> Iterator[int]:
         for child in _children(frontier.pop()):
             yield child
             frontier.append(child)
+
+
+def kill_tree(pid: int, pidfd: int) -> int:
+    """Freeze the child ``pid``, kill its descendants and its group, then the child itself.
+
+    ``pid`` must be a child of the calling process (``waitid`` on its pidfd sees it stop).
+    Returns how many descendants there were; 0 if the child was already gone.
+    """
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
+    except ProcessLookupError:
+        return 0
+    # Until the stop takes effect the child could still finish a fork.
+    with contextlib.suppress(ChildProcessError):
+        os.waitid(os.P_PIDFD, pidfd, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+    leaked = kill_descendants(pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    return leaked
+
+
+def reap(pid: int) -> tuple[int, resource.struct_rusage | None]:
+    """Wait for the child ``pid`` to end: its wait status and resource usage.
+
+    ``(-1, None)`` when it cannot be reaped: the caller reaps children itself, or ignores SIGCHLD.
+    """
+    try:
+        _, status, usage = os.wait4(pid, 0)
+    except ChildProcessError:
+        return -1, None
+    return status, usage
+
+
+def kill_and_reap(pid: int, pidfd: int) -> tuple[int, int, resource.struct_rusage | None]:
+    """:func:`kill_tree`, then :func:`reap`: how many descendants it had, wait status, usage."""
+    leaked = kill_tree(pid, pidfd)
+    return (leaked, *reap(pid))
+
+
+def reap_children(spare: Collection[int] = ()) -> int:
+    """Kill and reap every child of this process but ``spare``; how many were still alive.
+
+    The orphans of each one re-parent to this process (a subreaper) before it is reaped, so
+    they are found in the next round; when no child is left, no descendant is.
+    """
+    killed = 0
+    while True:
+        strays = [pid for pid in _children(os.getpid()) if pid not in spare]
+        if not strays:
+            return killed
+        for pid in strays:
+            # A zombie, or one killed already (by kill_descendants, say), is not counted again.
+            killed += _alive(pid)
+            # Once killed it cannot fork; its children come to us for the next round. By pid:
+            # an unreaped child's pid cannot be recycled.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)

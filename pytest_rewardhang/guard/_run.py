@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar, overload
 
-from ._fork import caused_by_memory, run_forked
-from ._outcome import Mechanism, Outcome, Status
+from ._fork import run_forked
+from ._outcome import Mechanism, Outcome, Status, raised
 
 log = logging.getLogger("pytest_rewardhang.guard")
 
@@ -176,9 +176,7 @@ def _run_unbounded(
 def _in_process_error(
     exc: BaseException, mechanism: Mechanism, start: float, cpu: float, budget: float
 ) -> Outcome:
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    text += "\n\n" + "".join(traceback.format_exception(exc))
-    status = Status.MEMORY if caused_by_memory(exc) else Status.ERROR
+    status, text = raised(exc)
     return _in_process(status, mechanism, start, cpu, budget, error=text, exception=exc)
 
 

@@ -1,4 +1,4 @@
-"""The worker side of the guarded Pool: a warm process that scores item after item.
+"""A pool worker, in its own process: warm, it scores item after item until its task pipe closes.
 
 A worker reads batches of pickled items from its task pipe and answers each item with one result
 frame on its result pipe *before* it starts the next item, so the caller always knows which item
@@ -21,18 +21,18 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _proctree
-from ._fork import OUTPUT_LIMIT, call, pickle_frame, read_bounded, setup_child, write_all
+from ._child import call, setup_child
 from ._outcome import Status
+from ._wire import (
+    CHUNK,
+    OUTPUT_LIMIT,
+    pickle_frame,
+    read_bounded,
+    result_frame,
+    task_frame,
+    write_all,
+)
 
-#: Task frame: payload length and item count, the items' indexes (``!Q`` each), then the
-#: pickled list of items (a tuple of positional or a dict of keyword arguments each).
-TASK = struct.Struct("!QQ")
-#: Result frame: payload length, output length, output bytes dropped, index, leaked, wall,
-#: cpu of the item, cpu of the worker so far, monotonic end time, peak RSS in KiB; then the
-#: output bytes and the pickled ``(status, value, error, exception)``.
-RESULT = struct.Struct("!IIQQIddddQ")
-#: Each worker's pipes, as the worker sees them.
-PIPE_ROLES = ("task_r", "result_w", "output_w", "output_r", "stack_w")
 _FIONREAD_BUF = bytes(4)
 _NO_KWARGS: dict[str, Any] = {}
 
@@ -42,9 +42,6 @@ class _Unreadable:
 
     def __init__(self, text: str) -> None:
         self.text = text
-
-
-_CHUNK = 1 << 20
 
 
 def serve(
@@ -163,22 +160,17 @@ class _Serve:  # pragma: no cover - worker only
                 self._one(index, item)
 
     def _read_batch(self) -> tuple[list[int], list[Any]] | None:
-        while True:
-            if len(self.buffer) >= TASK.size:
-                size, count = TASK.unpack_from(self.buffer)
-                end = TASK.size + 8 * count + size
-                if len(self.buffer) >= end:
-                    break
-            chunk = os.read(self.task_r, _CHUNK)
+        while (frame := task_frame(self.buffer)) is None:
+            chunk = os.read(self.task_r, CHUNK)
             if not chunk:
                 return None  # the pool closed our task pipe: leave quietly
             self.buffer += chunk
-        indexes = list(struct.unpack_from(f"!{count}Q", self.buffer, TASK.size))
+        indexes, payload, end = frame
         try:
-            items: list[Any] = pickle.loads(self.buffer[TASK.size + 8 * count : end])
+            items: list[Any] = pickle.loads(payload)
         except Exception as exc:  # noqa: BLE001 - e.g. a class the worker cannot import
             text = f"{type(exc).__name__}: the items could not be unpickled in the worker: {exc}"
-            items = [_Unreadable(text)] * count
+            items = [_Unreadable(text)] * len(indexes)
         del self.buffer[:end]
         return indexes, items
 
@@ -206,9 +198,9 @@ class _Serve:  # pragma: no cover - worker only
         if wall > 0.001 or not self.items % 64:
             self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         payload = pickle_frame(frame)
-        header = RESULT.pack(
-            len(payload),
-            len(output),
+        result = result_frame(
+            payload,
+            output,
             dropped,
             index,
             leaked,
@@ -218,7 +210,7 @@ class _Serve:  # pragma: no cover - worker only
             time.monotonic(),
             self.max_rss,
         )
-        write_all(self.result_w, header + output + payload)
+        write_all(self.result_w, result)
 
     def _leaked(self) -> int:
         """Kill what the item left running; cheap when it started nothing."""
@@ -232,15 +224,7 @@ class _Serve:  # pragma: no cover - worker only
             and not os.pread(self.children_fd, 64, 0).strip()
         ):
             return 0
-        leaked = _proctree.kill_descendants(os.getpid())
-        while True:
-            try:
-                os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-            except InterruptedError:
-                continue
-        return leaked
+        return _proctree.kill_descendants(os.getpid()) + _proctree.reap_children()
 
     def _output(self) -> tuple[bytes, int]:
         waiting = struct.unpack("i", fcntl.ioctl(self.output_r, termios.FIONREAD, _FIONREAD_BUF))

@@ -1,4 +1,4 @@
-"""The zygote: a fresh interpreter that imports the scorer once and forks warm workers from itself.
+"""The zygote, in its own process: a fresh interpreter that imports the scorer and forks workers.
 
 It is started with ``posix_spawn`` of the caller's interpreter, so it holds none of the caller's
 threads, locks or heap: forking a worker from it costs the same whether the caller is a 50 MiB
@@ -20,21 +20,30 @@ import pickle
 import select
 import signal
 import socket
-import struct
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from . import _proctree
-from ._fork import kill_tree
-from ._worker import PIPE_ROLES, serve
-
-#: The socket's fd in the zygote; the caller's spawn puts it there.
-SOCKET_FD = 3
-WID = struct.Struct("!Q")
-SPAWNED = struct.Struct("!Qi")
-#: worker id, wait status (-1 when it could not be reaped), cpu seconds, peak RSS KiB, leaked.
-EXITED = struct.Struct("!QiddI")
+from ._spec import SpecError, load_callable
+from ._wire import (
+    CONFIG_LIMIT,
+    EXITED,
+    MESSAGE_LIMIT,
+    MSG_ERROR,
+    MSG_FORK,
+    MSG_FORKED,
+    MSG_KILL,
+    MSG_QUIT,
+    MSG_READY,
+    MSG_REAPED,
+    PIPE_ROLES,
+    SOCKET_FD,
+    SPAWNED,
+    WID,
+    read_config,
+)
+from ._worker import serve
 
 
 def main() -> None:  # pragma: no cover - runs in the zygote process
@@ -46,28 +55,26 @@ def main() -> None:  # pragma: no cover - runs in the zygote process
         os._exit(1)
     # Inherited ignore dispositions survive exec; ignored SIGCHLD would reap workers unseen.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    config: dict[str, Any] = pickle.loads(sock.recv(1 << 20))
-    sys.path[:] = config["path"]
+    path, target, memory_mb = read_config(sock.recv(CONFIG_LIMIT))
+    sys.path[:] = path
     try:
-        fn = _resolve(config["target"])
+        fn = _resolve(target)
     except BaseException as exc:  # noqa: BLE001 - the caller raises it with this text
         text = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        sock.send(b"E" + text.encode("utf-8", "replace"))
+        sock.send(MSG_ERROR + text.encode("utf-8", "replace"))
         os._exit(1)
-    libc = _proctree._libc()
-    if libc is not None:  # orphans of a crashed worker come to us, to be killed
-        libc.prctl(_proctree._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    # Orphans of a crashed worker come to us, to be killed. No death signal: the caller's pidfd
+    # says when to go, and we take the workers with us.
+    _proctree.become_subreaper(None)
     # Everything imported so far is shared with every worker: keep the cyclic collector from
     # writing to it, which would copy each page into each worker on its first collection.
     gc.freeze()
-    sock.send(b"R")
-    _Zygote(sock, caller_pidfd, fn, config["memory_mb"]).loop()
+    sock.send(MSG_READY)
+    _Zygote(sock, caller_pidfd, fn, memory_mb).loop()
     os._exit(0)
 
 
 def _resolve(target: tuple[Any, ...]) -> Callable[..., Any]:  # pragma: no cover - zygote only
-    from ._spec import SpecError, load_callable
-
     if target[0] == "spec":
         return load_callable(target[1])
     if target[0] == "pickle":
@@ -109,16 +116,18 @@ class _Zygote:  # pragma: no cover - zygote only
                     return self.shutdown()
                 if fd == self.sock.fileno():
                     try:
-                        message, fds, _, _ = socket.recv_fds(self.sock, 256, len(PIPE_ROLES))
+                        message, fds, _, _ = socket.recv_fds(
+                            self.sock, MESSAGE_LIMIT, len(PIPE_ROLES)
+                        )
                     except ConnectionError:
                         message, fds = b"", []
-                    if not message or message[:1] == b"Q":
+                    if not message or message[:1] == MSG_QUIT:
                         for extra in fds:
                             os.close(extra)
                         return self.shutdown()
-                    if message[:1] == b"F":
+                    if message[:1] == MSG_FORK:
                         self.fork(WID.unpack_from(message, 1)[0], fds)
-                    elif message[:1] == b"K":
+                    elif message[:1] == MSG_KILL:
                         self.kill(WID.unpack_from(message, 1)[0])
                 elif fd in self.by_pidfd:
                     wid = self.by_pidfd[fd]
@@ -144,49 +153,41 @@ class _Zygote:  # pragma: no cover - zygote only
         self.workers[wid] = (pid, pidfd)
         self.by_pidfd[pidfd] = wid
         self.poller.register(pidfd, select.POLLIN)
-        socket.send_fds(self.sock, [b"P" + SPAWNED.pack(wid, pid)], [pidfd])
+        socket.send_fds(self.sock, [MSG_FORKED + SPAWNED.pack(wid, pid)], [pidfd])
 
     def kill(self, wid: int) -> None:
         """Kill a worker's tree; it is reaped when its pidfd fires, so a fork can go first."""
         if wid not in self.workers or wid in self.killed:
             return  # it died on its own first; its exit is reported when reaped
         pid, pidfd = self.workers[wid]
-        self.killed[wid] = kill_tree(pid, pidfd)
+        self.killed[wid] = _proctree.kill_tree(pid, pidfd)
 
     def reap(self, wid: int, leaked: int) -> None:
+        """Reap a dead worker and what it left running; tell the caller."""
+        pid = self._forget(wid)
+        status, usage = _proctree.reap(pid)
+        cpu, rss = float("nan"), 0.0
+        if usage is not None:
+            cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+        leaked += self.sweep()
+        with contextlib.suppress(OSError):
+            self.sock.send(MSG_REAPED + EXITED.pack(wid, status, cpu, rss, leaked))
+
+    def sweep(self) -> int:
+        """Kill what a dead worker left running; it was re-parented to us, the subreaper."""
+        return _proctree.reap_children(spare={pid for pid, _ in self.workers.values()})
+
+    def shutdown(self) -> None:
+        """Kill and reap every worker and all below them; the caller is gone or not listening."""
+        for wid, (pid, pidfd) in list(self.workers.items()):
+            _proctree.kill_and_reap(pid, pidfd)
+            self._forget(wid)
+        self.sweep()
+
+    def _forget(self, wid: int) -> int:
+        """Stop watching a worker; its pid, to reap it by."""
         pid, pidfd = self.workers.pop(wid)
         del self.by_pidfd[pidfd]
         self.poller.unregister(pidfd)
         os.close(pidfd)
-        status, cpu, rss = -1, float("nan"), 0.0
-        try:
-            _, status, usage = os.wait4(pid, 0)
-            cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
-        except ChildProcessError:
-            pass
-        leaked += self.sweep()
-        with contextlib.suppress(OSError):
-            self.sock.send(b"X" + EXITED.pack(wid, status, cpu, rss, leaked))
-
-    def sweep(self) -> int:
-        """Kill what a dead worker left running; it was re-parented to us, the subreaper."""
-        known = {pid for pid, _ in self.workers.values()}
-        killed = 0
-        while True:
-            strays = [pid for pid in _proctree._children(os.getpid()) if pid not in known]
-            if not strays:
-                return killed
-            for pid in strays:
-                # A zombie was killed (and counted) already, below the worker it outlived.
-                killed += _proctree._alive(pid)
-                # Once killed it cannot fork; its children come to us for the next round.
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, 0)
-
-    def shutdown(self) -> None:
-        for wid in list(self.workers):
-            self.kill(wid)
-            self.reap(wid, self.killed.pop(wid, 0))
-        self.sweep()
+        return pid

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import _run
-from pytest_rewardhang.guard import CallFailed, Mechanism, Outcome, Status, guarded, run
+from pytest_rewardhang.guard import CallFailed, Mechanism, Outcome, Status, _run, guarded, run
 
 pytestmark = [pytest.mark.usefixtures("no_leaks"), pytest.mark.timeout(30)]
 

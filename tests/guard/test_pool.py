@@ -12,12 +12,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_rewardhang.guard import Outcome, Pool, Status
+from pytest_rewardhang.guard._wire import DUMP_SIGNAL
 from tests.conftest import assert_dead, children, state
 
 BUDGET = 0.5
@@ -25,6 +27,34 @@ BUDGET = 0.5
 SLACK = 0.1
 
 pytestmark = [pytest.mark.timeout(30)]
+
+
+class Launch:
+    """One way for a pool's workers to come to exist, as CPython's multiprocessing tests run
+    under each start method: forked from a zygote that imports the scorer by name, or forked
+    from the caller, which serves the scorer wrapped in a closure no fresh interpreter imports.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def pool(self, fn: Callable[..., Any], **options: Any) -> Pool:
+        target = fn
+        if self.name == "caller":
+
+            def target(*args: Any, **kwargs: Any) -> Any:
+                return fn(*args, **kwargs)
+
+        pool = Pool(target, **options)
+        if (pool._engine.zygote is None) != (self.name == "caller"):
+            pool.close()
+            pytest.fail(f"the pool was meant to fork its workers from the {self.name}")
+        return pool
+
+
+@pytest.fixture(params=["zygote", "caller"])
+def launch(request: pytest.FixtureRequest) -> Launch:
+    return Launch(request.param)
 
 
 # --- scorers: module level, so the zygote imports them by name --------------------------------
@@ -109,6 +139,14 @@ def spawn_and_hang(pidfile: str, hang: bool) -> int:
     return len(orphans)
 
 
+def undo_the_dump_and_hang(*_: Any) -> None:
+    """Reset the stack-dump signal to its default action (terminate), as a scorer that resets
+    every signal might, then hang: the dump sent just before the deadline kills it."""
+    signal.signal(DUMP_SIGNAL, signal.SIG_DFL)
+    while True:
+        pass
+
+
 def size(value: Any) -> int:
     return len(value)
 
@@ -133,11 +171,11 @@ def pids_in(log: Path) -> set[int]:
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_every_item_once_in_order_with_its_own_status(tmp_path: Path) -> None:
+def test_every_item_once_in_order_with_its_own_status(tmp_path: Path, launch: Launch) -> None:
     log = str(tmp_path / "calls")
     actions = ["ok", "hang", "ok", "crash", "error", "ok", "swallow", "print", "segv"] * 2
     items = [(log, f"item{i}", action) for i, action in enumerate(actions)]
-    with Pool(score, workers=2, budget=BUDGET) as pool:
+    with launch.pool(score, workers=2, budget=BUDGET) as pool:
         outs = pool.map(items)
     expected = {
         "ok": Status.OK,
@@ -173,9 +211,9 @@ def test_every_item_once_in_order_with_its_own_status(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_printing_more_than_the_pipe_holds_is_not_a_hang() -> None:
+def test_printing_more_than_the_pipe_holds_is_not_a_hang(launch: Launch) -> None:
     # Two MiB of prints into a 1 MiB pipe that is read only when the item ends.
-    with Pool(chatty, workers=1, budget=BUDGET) as pool:
+    with launch.pool(chatty, workers=1, budget=BUDGET) as pool:
         flood, quiet = pool.map([(2,), (0,)])
     assert (flood.status, flood.value) == (Status.OK, "scored")
     written, kept = 2 * 2**20 + len("done\n"), 64 * 1024
@@ -185,16 +223,16 @@ def test_printing_more_than_the_pipe_holds_is_not_a_hang() -> None:
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_prints_follow_a_redirected_fd_1(tmp_path: Path) -> None:
-    with Pool(captured_by_dup2, workers=1, budget=BUDGET) as pool:
+def test_prints_follow_a_redirected_fd_1(tmp_path: Path, launch: Launch) -> None:
+    with launch.pool(captured_by_dup2, workers=1, budget=BUDGET) as pool:
         [out] = pool.map([(str(tmp_path / "captured"),)])
     assert (out.value, out.output) == ("into the file\n", "into the output\n")
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_keyword_items_and_an_empty_map(tmp_path: Path) -> None:
+def test_keyword_items_and_an_empty_map(tmp_path: Path, launch: Launch) -> None:
     log = str(tmp_path / "calls")
-    with Pool(score, workers=1, budget=BUDGET) as pool:
+    with launch.pool(score, workers=1, budget=BUDGET) as pool:
         assert pool.map([]) == []
         outs = pool.map([{"log": log, "item": "a"}, {"log": log, "item": "b", "action": "error"}])
         assert [o.status for o in outs] == [Status.OK, Status.ERROR]
@@ -204,11 +242,11 @@ def test_keyword_items_and_an_empty_map(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_deadline_runs_from_item_start_not_submission(tmp_path: Path) -> None:
+def test_deadline_runs_from_item_start_not_submission(tmp_path: Path, launch: Launch) -> None:
     log = str(tmp_path / "calls")
     # Each worker meets two hangs in a row; quick items queue behind them.
     items = [(log, f"h{i}", "hang") for i in range(4)] + [(log, f"q{i}") for i in range(8)]
-    with Pool(score, workers=2, budget=BUDGET) as pool:
+    with launch.pool(score, workers=2, budget=BUDGET) as pool:
         start = time.perf_counter()
         outs = pool.map(items)
         elapsed = time.perf_counter() - start
@@ -223,9 +261,9 @@ def test_deadline_runs_from_item_start_not_submission(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_killed_worker_is_replaced_and_dead(tmp_path: Path) -> None:
+def test_killed_worker_is_replaced_and_dead(tmp_path: Path, launch: Launch) -> None:
     log = tmp_path / "calls"
-    with Pool(score, workers=1, budget=BUDGET) as pool:
+    with launch.pool(score, workers=1, budget=BUDGET) as pool:
         first = pool.map([(str(log), "a")])
         hung = pool.map([(str(log), "b", "sleep"), (str(log), "c")])
         later = pool.map([(str(log), "d")])
@@ -241,16 +279,16 @@ def test_killed_worker_is_replaced_and_dead(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_workers_stay_warm_across_items() -> None:
-    with Pool(pid, workers=2, budget=BUDGET) as pool:
+def test_workers_stay_warm_across_items(launch: Launch) -> None:
+    with launch.pool(pid, workers=2, budget=BUDGET) as pool:
         outs = pool.map([()] * 200)
     assert all(o.ok for o in outs)
     assert len({o.value for o in outs}) == 2
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_cpu_time_of_a_killed_python_loop() -> None:
-    with Pool(python_loop, workers=1, budget=BUDGET) as pool:
+def test_cpu_time_of_a_killed_python_loop(launch: Launch) -> None:
+    with launch.pool(python_loop, workers=1, budget=BUDGET) as pool:
         out = pool.map([()])[0]
     assert out.status is Status.TIMEOUT
     assert BUDGET * 0.5 < out.cpu_s <= BUDGET + SLACK
@@ -260,9 +298,9 @@ def test_cpu_time_of_a_killed_python_loop() -> None:
 
 @pytest.mark.parametrize("hang", [False, True], ids=["returned", "timed-out"])
 @pytest.mark.usefixtures("no_leaks")
-def test_descendants_of_an_item_are_killed(tmp_path: Path, hang: bool) -> None:
+def test_descendants_of_an_item_are_killed(tmp_path: Path, hang: bool, launch: Launch) -> None:
     pidfile = tmp_path / "pids"
-    with Pool(spawn_and_hang, workers=1, budget=1.0) as pool:
+    with launch.pool(spawn_and_hang, workers=1, budget=1.0) as pool:
         out = pool.map([(str(pidfile), hang)])[0]
         orphans = [int(p) for p in pidfile.read_text().split()]
         assert len(orphans) == 2
@@ -273,17 +311,30 @@ def test_descendants_of_an_item_are_killed(tmp_path: Path, hang: bool) -> None:
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_memory_limit_per_item() -> None:
-    with Pool(allocate, workers=1, budget=2.0, memory_mb=100) as pool:
+def test_memory_limit_per_item(launch: Launch) -> None:
+    with launch.pool(allocate, workers=1, budget=2.0, memory_mb=100) as pool:
         outs = pool.map([(10,), (400,), (10,)])
     assert [o.status for o in outs] == [Status.OK, Status.MEMORY, Status.OK]
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_what_cannot_travel_is_that_items_error_alone() -> None:
+def test_a_call_that_undoes_the_stack_dump_still_times_out(launch: Launch) -> None:
+    # The dump signal sent just before the deadline kills it: a timeout, as run() says too,
+    # never a crash.
+    with launch.pool(undo_the_dump_and_hang, workers=1, budget=BUDGET) as pool:
+        hung, after = pool.map([(), ()])
+    assert hung.status is Status.TIMEOUT, hung.describe()
+    assert (hung.signal, hung.exit_code) == (None, None)
+    assert BUDGET - 0.05 <= hung.wall_s <= BUDGET + SLACK
+    assert hung.describe().startswith("timeout")
+    assert after.status is Status.TIMEOUT  # the next item ran on a replacement, not lost
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_what_cannot_travel_is_that_items_error_alone(launch: Launch) -> None:
     big = "x" * 300_000  # a batch of these is far more than a pipe holds
     items: list[Any] = [(big,)] * 20 + [(threading.Lock(),)] + [(big,)] * 20 + [{"value": "ab"}]
-    with Pool(size, workers=2, budget=5.0) as pool:
+    with launch.pool(size, workers=2, budget=5.0) as pool:
         for _ in range(2):  # the second map has timed items: batches of many items each
             outs = pool.map(items)
             assert [o.value for o in outs[:20] + outs[21:41]] == [len(big)] * 40
@@ -291,7 +342,7 @@ def test_what_cannot_travel_is_that_items_error_alone() -> None:
             assert outs[20].error is not None
             assert "could not be pickled" in outs[20].error
             assert outs[41].value == 2
-    with Pool(lock, workers=1, budget=BUDGET) as pool:
+    with launch.pool(lock, workers=1, budget=BUDGET) as pool:
         out = pool.map([()])[0]
     assert out.status is Status.ERROR
     assert out.error is not None
@@ -370,17 +421,7 @@ def test_a_spec_that_does_not_import_fails_at_construction(tmp_path: Path) -> No
     with pytest.raises(SpecError, match="no sympy here"):
         Pool(f"{bad}:compute_score", workers=1)
     with pytest.raises(SpecError, match="has no attribute"):
-        Pool("tests.test_pool:no_such_scorer", workers=1)
-
-
-@pytest.mark.usefixtures("no_leaks")
-def test_lambda_runs_on_workers_forked_from_the_caller() -> None:
-    offset = 10
-    with Pool(lambda x: x + offset, workers=2, budget=BUDGET) as pool:  # small caller: no warning
-        outs = pool.map([(1,), (2,)])
-        hung = pool.map([(None,)])  # TypeError in the worker, not in the caller
-    assert [o.value for o in outs] == [11, 12]
-    assert hung[0].status is Status.ERROR
+        Pool(f"{__name__}:no_such_scorer", workers=1)
 
 
 @pytest.mark.timeout(60)
@@ -398,12 +439,12 @@ def test_lambda_from_a_large_caller_warns() -> None:
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_from_a_non_main_thread(tmp_path: Path) -> None:
+def test_from_a_non_main_thread(tmp_path: Path, launch: Launch) -> None:
     log = str(tmp_path / "calls")
     results: list[list[Outcome]] = []
 
     def job() -> None:
-        with Pool(score, workers=2, budget=BUDGET) as pool:
+        with launch.pool(score, workers=2, budget=BUDGET) as pool:
             results.append(pool.map([(log, "a"), (log, "b", "hang"), (log, "c")]))
 
     worker = threading.Thread(target=job)
@@ -413,10 +454,10 @@ def test_from_a_non_main_thread(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_two_threads_share_one_pool(tmp_path: Path) -> None:
+def test_two_threads_share_one_pool(tmp_path: Path, launch: Launch) -> None:
     log = str(tmp_path / "calls")
     results: dict[int, list[Outcome]] = {}
-    with Pool(score, workers=2, budget=BUDGET) as pool:
+    with launch.pool(score, workers=2, budget=BUDGET) as pool:
 
         def job(n: int) -> None:
             results[n] = pool.map([(log, f"{n}-{i}") for i in range(50)])
@@ -431,11 +472,11 @@ def test_two_threads_share_one_pool(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_keyboard_interrupt_while_waiting_leaves_nothing(tmp_path: Path) -> None:
+def test_keyboard_interrupt_while_waiting_leaves_nothing(tmp_path: Path, launch: Launch) -> None:
     log = tmp_path / "calls"
     shm = set(os.listdir("/dev/shm"))  # noqa: S108 - where POSIX semaphores would be left
-    pool = Pool(score, workers=2, budget=20.0)
-    zygote = children()
+    pool = launch.pool(score, workers=2, budget=20.0)
+    launched = children()  # the zygote, or the workers
     main = threading.main_thread().ident
     assert main is not None
     timer = threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT))
@@ -448,7 +489,7 @@ def test_keyboard_interrupt_while_waiting_leaves_nothing(tmp_path: Path) -> None
     assert pool.closed
     worker_pids = list(pids_in(log))
     assert len(worker_pids) == 2
-    assert_dead(worker_pids + list(zygote))
+    assert_dead(worker_pids + list(launched))
     assert set(os.listdir("/dev/shm")) == shm  # noqa: S108
     with pytest.raises(ValueError, match="closed"):
         pool.map([(str(log), "x")])
@@ -456,8 +497,8 @@ def test_keyboard_interrupt_while_waiting_leaves_nothing(tmp_path: Path) -> None
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_garbage_collection_closes_the_pool() -> None:
-    pool = Pool(pid, workers=2, budget=BUDGET)
+def test_garbage_collection_closes_the_pool(launch: Launch) -> None:
+    pool = launch.pool(pid, workers=2, budget=BUDGET)
     worker_pids = [o.value for o in pool.map([()] * 20)]
     processes = list(set(worker_pids)) + list(children())
     del pool
@@ -468,10 +509,17 @@ def test_garbage_collection_closes_the_pool() -> None:
 EXIT_SCRIPT = """
 import os, sys
 from pytest_rewardhang.guard import Pool
+from pytest_rewardhang.guard._spec import load_callable
 
-pool = Pool({spec!r}, workers=2, budget=30.0)
+spec = {spec!r}
+if {from_caller!r}:
+    whoami = load_callable(spec)
+    pool = Pool(lambda *args: whoami(*args), workers=2, budget=30.0)
+else:
+    pool = Pool(spec, workers=2, budget=30.0)
 workers = {{out.value for out in pool.map([()] * 20)}}
-print(pool._engine.zygote_pid, *workers, flush=True)
+zygote = [pool._engine.zygote.pid] if pool._engine.zygote is not None else []
+print(*zygote, *workers, flush=True)
 {ending}
 """
 
@@ -482,7 +530,7 @@ print(pool._engine.zygote_pid, *workers, flush=True)
     ids=["interpreter-exit", "caller-sigkilled", "sigkilled-mid-map"],
 )
 @pytest.mark.usefixtures("no_leaks")
-def test_the_pool_dies_with_its_caller(tmp_path: Path, ending: str) -> None:
+def test_the_pool_dies_with_its_caller(tmp_path: Path, ending: str, launch: Launch) -> None:
     scorer = tmp_path / "whoami.py"
     scorer.write_text(
         "import os, signal, time\n"
@@ -492,7 +540,8 @@ def test_the_pool_dies_with_its_caller(tmp_path: Path, ending: str) -> None:
         "        time.sleep(3600)\n"
         "    return os.getpid()\n"
     )
-    script = EXIT_SCRIPT.format(spec=f"{scorer}:whoami", ending=ending)
+    from_caller = launch.name == "caller"
+    script = EXIT_SCRIPT.format(spec=f"{scorer}:whoami", from_caller=from_caller, ending=ending)
     caller = subprocess.Popen(
         [sys.executable, "-c", f"import os; os.environ['CALLER'] = str(os.getpid())\n{script}"],
         stdout=subprocess.PIPE,
@@ -502,7 +551,7 @@ def test_the_pool_dies_with_its_caller(tmp_path: Path, ending: str) -> None:
     pids = [int(p) for p in caller.stdout.readline().split()]
     caller.wait(timeout=20)
     caller.stdout.close()
-    assert len(pids) == 3  # the zygote and two workers
+    assert len(pids) == (2 if from_caller else 3)  # the zygote, if any, and two workers
     # They notice the caller's death (a pidfd, PDEATHSIG) in milliseconds; bounded here.
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(state(p) not in (None, "Z", "X") for p in pids):
@@ -511,11 +560,11 @@ def test_the_pool_dies_with_its_caller(tmp_path: Path, ending: str) -> None:
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_callers_signal_handlers_and_threads_are_left_alone(tmp_path: Path) -> None:
+def test_callers_signal_handlers_and_threads_are_left_alone(tmp_path: Path, launch: Launch) -> None:
     watched = (signal.SIGCHLD, signal.SIGINT, signal.SIGALRM, signal.SIGTERM, signal.SIGPIPE)
     handlers = {s: signal.getsignal(s) for s in watched}
     threads = threading.active_count()
-    with Pool(score, workers=2, budget=BUDGET) as pool:
+    with launch.pool(score, workers=2, budget=BUDGET) as pool:
         outs = pool.map([(str(tmp_path / "log"), "a"), (str(tmp_path / "log"), "b", "hang")])
         assert threading.active_count() == threads
     assert [o.status for o in outs] == [Status.OK, Status.TIMEOUT]

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_rewardhang.guard import Mechanism, Outcome, Status, run
+from pytest_rewardhang.guard._wire import DUMP_SIGNAL
 from tests.conftest import assert_dead
 
 BUDGET = 0.5
@@ -151,7 +152,7 @@ def test_unpicklable_exception_still_comes_back_as_error() -> None:
     out = timed(scorer)
     assert out.status is Status.ERROR
     assert out.error is not None
-    assert out.error.startswith("tests.test_guard.Unpicklable: cannot")
+    assert out.error.startswith(f"{__name__}.Unpicklable: cannot")
     assert out.exception is None
 
 
@@ -190,6 +191,19 @@ def test_segfault_is_crashed_with_its_signal() -> None:
     assert out.signal == signal.SIGSEGV
     assert "SIGSEGV" in out.describe()
     assert "Fatal Python error" in out.output  # the crash report went to the call's output
+
+
+def test_a_call_that_undoes_the_stack_dump_still_times_out() -> None:
+    def undo_the_dump_and_hang() -> None:
+        # The stack-dump signal, sent just before the deadline, now kills it: still a timeout.
+        signal.signal(DUMP_SIGNAL, signal.SIG_DFL)
+        while True:
+            pass
+
+    out = timed(undo_the_dump_and_hang)
+    assert out.status is Status.TIMEOUT, out.describe()
+    assert (out.signal, out.exit_code) == (None, None)
+    assert BUDGET - 0.05 <= out.wall_s <= BUDGET + SLACK
 
 
 def test_killed_from_outside_is_crashed() -> None:

@@ -1,0 +1,112 @@
+"""What runs inside a guarded process: run's forked child, and a pool worker around each item.
+
+Setting the process up (stdio onto the output pipe, the stack dump on ``DUMP_SIGNAL``, the
+memory limit), making one call into a result frame, and run's child from its fork to ``_exit``.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import resource
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import _proctree
+from ._outcome import Status, raised
+from ._wire import DUMP_SIGNAL, framed, pickle_frame, write_all
+
+
+def run_child(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    memory_mb: float | None,
+    parent_pid: int,
+    result_w: int,
+    output_w: int,
+    stack_w: int,
+) -> None:  # pragma: no cover - runs only in run's forked child; never returns
+    """Run's child: make the call, kill what it left running, write the result frame, exit."""
+    code = 70
+    try:
+        os.setsid()
+        subreaper = _proctree.become_subreaper(parent_pid)
+        setup_child(output_w, stack_w, memory_mb)
+        frame = call(fn, args, kwargs)
+        leaked = 0
+        if subreaper:
+            leaked = _proctree.kill_descendants(os.getpid())
+            leaked += _proctree.reap_children()
+        write_all(result_w, framed(pickle_frame((*frame, leaked))))
+        code = 0
+    except BaseException:  # noqa: BLE001, S110 - no result is reported as a crash by the parent
+        pass
+    finally:
+        os._exit(code)
+
+
+def setup_child(
+    output_w: int, stack_w: int, memory_mb: float | None
+) -> None:  # pragma: no cover - child only
+    """Point stdio at the output pipe, arm the stack dump, and apply the memory limit."""
+    _redirect_stdio(output_w)
+    # A crash's traceback goes to the call's output, not to the caller's terminal.
+    faulthandler.enable(file=2, all_threads=True)
+    faulthandler.register(DUMP_SIGNAL, file=stack_w, all_threads=True, chain=False)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {DUMP_SIGNAL})
+    if memory_mb is not None:
+        limit_memory(memory_mb)
+
+
+def call(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> tuple[Any, ...]:  # pragma: no cover - child only
+    """``(status, value, error, pickled exception)`` of one call, its output flushed."""
+    try:
+        frame: tuple[Any, ...] = (Status.OK.value, fn(*args, **kwargs), None, None)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are results too
+        frame = _error_frame(exc)
+    for stream in (sys.stdout, sys.stderr):
+        # A plain try, not suppress(): this runs once per item in a pool worker.
+        try:  # noqa: SIM105
+            stream.flush()
+        except BaseException:  # noqa: BLE001, S110 - the call may have closed or replaced them
+            pass
+    return frame
+
+
+def _error_frame(exc: BaseException) -> tuple[Any, ...]:  # pragma: no cover - child only
+    status, text = raised(exc)
+    try:  # pickled apart, so an exception that will not travel still leaves its text
+        exception: bytes | None = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001
+        exception = None
+    return (status.value, None, text, exception)
+
+
+def _redirect_stdio(output_w: int) -> None:  # pragma: no cover - child only
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(output_w, 1)
+    os.dup2(output_w, 2)
+    os.close(output_w)
+    # The caller's sys.stdout may be an in-memory capture (pytest's): point Python at the fds.
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
+
+
+def limit_memory(memory_mb: float) -> None:  # pragma: no cover - child only
+    # An absolute limit below what the process already maps would break every allocation.
+    with open("/proc/self/statm", "rb") as f:
+        mapped = int(f.read().split()[0]) * resource.getpagesize()
+    limit = mapped + int(memory_mb * 1024 * 1024)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))

@@ -1,0 +1,304 @@
+"""How a pool worker comes to exist: forked by a zygote the caller starts, or by the caller.
+
+Runs in the caller. A scorer that a fresh interpreter can import (a module-level function, a
+spec, a picklable callable object) is imported once by a zygote started with ``posix_spawn``,
+and every worker is forked from that; any other callable (a lambda, a closure, a bound method)
+can only be served by workers forked from the caller itself, which costs more the larger the
+caller is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import os
+import pickle
+import select
+import signal
+import socket
+import sys
+import threading
+import types
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import _proctree
+from ._spec import SpecError, is_file_target, split_spec
+from ._wire import (
+    MESSAGE_LIMIT,
+    MSG_ERROR,
+    MSG_FORK,
+    MSG_KILL,
+    MSG_QUIT,
+    REPLY_LIMIT,
+    SOCKET_FD,
+    WID,
+    config_message,
+)
+from ._worker import serve
+from ._zygote import main as zygote_main
+
+#: A caller this large pays ~55 ms per GiB for every worker it forks itself.
+LARGE_CALLER_BYTES = 1 << 30
+#: How long a zygote may take to import the scorer, and workers to start.
+START_TIMEOUT_S = 120.0
+_CLOSE_TIMEOUT_S = 10.0
+_PIPE_SIZE = 1 << 20
+_SIGNALS_TO_RESET = (
+    signal.SIGCHLD,
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGPIPE,
+    signal.SIGALRM,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+_ZYGOTE_CODE = "import sys; sys.path.insert(0, {root!r}); from {module} import main; main()"
+
+
+class PoolError(RuntimeError):
+    """The pool itself failed (its zygote died, or workers die before they can take an item)."""
+
+
+# --- which way -------------------------------------------------------------------------------
+
+
+def import_target(fn: Callable[..., Any] | str) -> tuple[Any, ...] | None:
+    """What a fresh interpreter imports to get ``fn``, or None when it cannot."""
+    if isinstance(fn, str):
+        target, attr = split_spec(fn)
+        if is_file_target(target) and not Path(target).is_absolute():
+            target = str(Path.cwd() / target)
+        return ("spec", f"{target}:{attr}")
+    if not isinstance(fn, _PLAIN_CALLABLES) and _importable(type(fn)):
+        # A callable object of an importable class travels pickled; unpickling it in the
+        # zygote may import what it wraps there, once for every worker.
+        try:
+            return ("pickle", pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception:  # noqa: BLE001 - not picklable: served from the caller instead
+            return None
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    if module == "__main__" or "<" in qualname:
+        return None
+    # A module loaded from a file under a made-up name (verl loads a custom reward file as
+    # "custom_module", without registering it) is found by its path instead.
+    path = getattr(fn, "__globals__", {}).get("__file__")
+    path = path if isinstance(path, str) and path.endswith(".py") else ""
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if found is fn or (found is None and path):
+        return ("function", module, qualname, path)
+    return None  # that name holds something else (a wrapper, a rebinding): serve fn itself
+
+
+_PLAIN_CALLABLES = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    functools.partial,
+    type,
+)
+
+
+def _importable(cls: type) -> bool:
+    return cls.__module__ != "__main__" and "<" not in cls.__qualname__
+
+
+def warn_if_large() -> None:
+    """Warn that workers forked from this process cost what it weighs, if it weighs much."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return
+    if resident > LARGE_CALLER_BYTES:
+        warnings.warn(
+            f"Pool: the scorer cannot be imported by name (a lambda, closure or method), so its "
+            f"workers are forked from this {resident / (1 << 30):.1f} GiB process: every worker "
+            f"start costs ~55 ms per GiB and may copy locks held by other threads. Pass a "
+            f"module-level function or a 'pkg.mod:func' spec to fork them from a clean zygote.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+# --- a worker's pipes ------------------------------------------------------------------------
+
+
+def worker_pipes() -> tuple[dict[str, int], dict[str, int]]:
+    """New pipes for one worker: the worker's ends (by PIPE_ROLES) and the caller's.
+
+    The caller's are task_w, result_r, output_r and stack_r; output_r is in both, as the worker
+    empties its output pipe after each item and the caller after a death.
+    """
+    pairs = {
+        "task": os.pipe2(os.O_CLOEXEC),
+        "result": os.pipe2(os.O_CLOEXEC),
+        "output": os.pipe2(os.O_CLOEXEC),
+        "stack": os.pipe2(os.O_CLOEXEC),
+    }
+    for role in ("output", "task"):  # room for an item's output, and for whole batches
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(pairs[role][1], fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+    theirs = {
+        "task_r": pairs["task"][0],
+        "result_w": pairs["result"][1],
+        "output_w": pairs["output"][1],
+        "output_r": pairs["output"][0],
+        "stack_w": pairs["stack"][1],
+    }
+    ours = {
+        "task_w": pairs["task"][1],
+        "result_r": pairs["result"][0],
+        "output_r": pairs["output"][0],
+        "stack_r": pairs["stack"][0],
+    }
+    return theirs, ours
+
+
+# --- forked by the caller --------------------------------------------------------------------
+
+
+def fork_here(
+    fn: Callable[..., Any], theirs: dict[str, int], memory_mb: float | None, inherited: list[int]
+) -> tuple[int, int]:
+    """Fork a worker from the caller: for callables a fresh interpreter cannot import.
+
+    ``inherited`` are the caller's descriptors the worker closes first (the other workers'
+    pipes, the caller's ends of its own). Returns the worker's pid and pidfd.
+    """
+    parent = os.getpid()
+    # A death signal follows the forking *thread*; only the main thread lives as long.
+    main_thread = threading.current_thread() is threading.main_thread()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the worker
+        try:
+            for fd in inherited:
+                os.close(fd)
+            os.setsid()
+            subreaper = _proctree.become_subreaper(parent if main_thread else None)
+            serve(fn, theirs, memory_mb, subreaper)
+        finally:
+            os._exit(70)
+    return pid, os.pidfd_open(pid)
+
+
+# --- forked by a zygote ----------------------------------------------------------------------
+
+
+class Zygote:
+    """The caller's end of a zygote: its process, and the socket to ask it for workers."""
+
+    def __init__(self, sock: socket.socket, pid: int) -> None:
+        self.sock = sock
+        self.pid = pid
+        self.pidfd = -1
+
+    @classmethod
+    def start(cls, target: tuple[Any, ...], memory_mb: float | None) -> Zygote:
+        """Spawn a zygote and wait until it has imported ``target``.
+
+        Raises :class:`SpecError` with the zygote's reason when it cannot import it, and
+        :class:`PoolError` when it does not answer; either way the zygote is gone.
+        """
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Where the top package can be imported from, and the zygote's module, derived rather
+        # than spelled: neither depends on where this file sits in the package.
+        top = sys.modules[__name__.partition(".")[0]]
+        root = str(Path(top.__file__ or "").resolve().parent.parent)
+        code = _ZYGOTE_CODE.format(root=root, module=zygote_main.__module__)
+        argv = [sys.executable, "-c", code]
+        try:
+            try:
+                pid = os.posix_spawn(
+                    sys.executable,
+                    argv,
+                    os.environ,
+                    file_actions=[
+                        (os.POSIX_SPAWN_DUP2, theirs.fileno(), SOCKET_FD),
+                        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    ],
+                    setsid=True,
+                    setsigmask=(),
+                    setsigdef=_SIGNALS_TO_RESET,
+                )
+            finally:
+                theirs.close()
+        except BaseException:
+            ours.close()
+            raise
+        zygote = cls(ours, pid)
+        try:
+            zygote.pidfd = os.pidfd_open(pid)
+            ours.sendall(config_message(list(sys.path), target, memory_mb))
+            reply = zygote._await_reply()
+            if reply[:1] == MSG_ERROR:
+                raise SpecError(reply[1:].decode("utf-8", "replace"))
+            os.set_blocking(ours.fileno(), False)
+        except BaseException:
+            zygote.stop()
+            zygote.close()
+            raise
+        return zygote
+
+    def _await_reply(self) -> bytes:
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        if not poller.poll(START_TIMEOUT_S * 1000):
+            raise PoolError(f"the pool's zygote did not start within {START_TIMEOUT_S:g} s")
+        reply = self.sock.recv(REPLY_LIMIT)
+        if not reply:
+            raise PoolError("the pool's zygote exited while importing the scorer")
+        return reply
+
+    def fork(self, wid: int, fds: list[int]) -> None:
+        """Ask for worker ``wid`` on these pipes (by PIPE_ROLES); it answers when it has one."""
+        socket.send_fds(self.sock, [MSG_FORK + WID.pack(wid)], fds)
+
+    def kill(self, wid: int) -> None:
+        """Ask for worker ``wid``'s tree to be killed; it answers when it has reaped it."""
+        self.sock.send(MSG_KILL + WID.pack(wid))
+
+    def receive(self) -> tuple[bytes, list[int]] | None:
+        """The zygote's next message and the fds it carries; None when none is waiting."""
+        try:
+            message, fds, _, _ = socket.recv_fds(self.sock, MESSAGE_LIMIT, 1)
+        except BlockingIOError:
+            return None
+        except ConnectionError:
+            message, fds = b"", []
+        if not message:
+            raise PoolError("the pool's zygote died; its workers died with it")
+        return message, fds
+
+    def stop(self) -> None:
+        """Tell the zygote to go (it kills its workers first), kill it if it does not, reap it."""
+        with contextlib.suppress(OSError):
+            self.sock.send(MSG_QUIT)
+        if self.pidfd < 0:  # spawned, but pidfd_open failed
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        else:
+            poller = select.poll()
+            poller.register(self.pidfd, select.POLLIN)
+            if not poller.poll(_CLOSE_TIMEOUT_S * 1000):
+                # It killed every worker it could first; the rest die with it (PDEATHSIG).
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        _proctree.reap(self.pid)
+
+    def close(self) -> None:
+        """Close the caller's descriptors; the process is :meth:`stop`'s."""
+        self.sock.close()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
