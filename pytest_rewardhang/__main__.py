@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{record.get('scorer', spec)} case {record.get('case', '?')}: {chars} chars, "
         f"deadline {deadline:g} s"
     )
-    out = run(fn, kwargs=kwargs, budget=deadline, memory_mb=record.get("memory_mb"))
+    # objects=True: the user's own scorer, in their own terminal, and its value is the point.
+    out = run(fn, kwargs=kwargs, budget=deadline, memory_mb=record.get("memory_mb"), objects=True)
     print(out.describe())
     if out.stack:
         print(out.stack)

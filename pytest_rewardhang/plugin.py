@@ -30,3 +30,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
         settings = _options.load(config)
         config.pluginmanager.register(RewardHangSession(config, settings), "rewardhang-session")
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
+    # Scorers configured, the flag forgotten: "no tests ran" alone would leave the user guessing.
+    if config.getoption("--reward-hang-check") or exitstatus != pytest.ExitCode.NO_TESTS_COLLECTED:
+        return
+    registered = len(config.getini("reward_hang_scorers")) + len(
+        config.getoption("--reward-hang-scorer")
+    )
+    if registered:
+        terminalreporter.write_line(
+            f"reward-hang: {registered} scorer(s) registered, but the check is off; "
+            "add --reward-hang-check to run it (pytest --reward-hang-check -m reward_hang)",
+            yellow=True,
+        )

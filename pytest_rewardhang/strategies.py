@@ -19,3 +19,8 @@ from .corpus._strategies import (
 )
 
 __all__ = ["degenerate_responses", "expanded", "formulas", "pathological_programs"]
+
+# Public objects name their public home (reprs, docs), not the private module.
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name

@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from pytest_rewardhang.adapters._shared import pool_for, value_or_default
+from pytest_rewardhang.adapters import _shared
+
+__all__ = ["PooledReward", "pooled_reward"]
 
 #: Batch-wide arguments TRL passes that are not per-sample dataset columns worth shipping.
 _NOT_COLUMNS = frozenset({"completion_ids", "trainer_state"})
@@ -64,10 +66,10 @@ class PooledReward:
             {"completion": completion, **{key: value[i] for key, value in columns.items()}}
             for i, completion in enumerate(completions)
         ]
-        pool = pool_for(self.scorer, self.budget, self.memory_mb, self.workers)
+        pool = _shared.pool_for(self.scorer, self.budget, self.memory_mb, self.workers)
         outs = pool.map(samples)
         return [
-            value_or_default(out, self.default, sample, self.hang_log, self.__name__)
+            _shared.value_or_default(out, self.default, sample, self.hang_log, self.__name__)
             for out, sample in zip(outs, samples, strict=True)
         ]
 

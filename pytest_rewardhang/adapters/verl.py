@@ -19,10 +19,17 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pytest_rewardhang.adapters._shared import pool_for, value_or_default
+from pytest_rewardhang.adapters import _shared
+
+__all__ = [
+    "compute_score",
+    "compute_score_batch",
+    "guarded_compute_score",
+    "guarded_compute_score_batch",
+]
 
 #: What verl scores with when no custom reward function is configured.
-VERL_DEFAULT = "verl.utils.reward_score:default_compute_score"
+_VERL_DEFAULT = "verl.utils.reward_score:default_compute_score"
 
 
 def compute_score(
@@ -31,7 +38,7 @@ def compute_score(
     ground_truth: Any,
     extra_info: Any = None,
     *,
-    scorer: Callable[..., Any] | str = VERL_DEFAULT,
+    scorer: Callable[..., Any] | str = _VERL_DEFAULT,
     budget: float = 2.0,
     default: Any = 0.0,
     memory_mb: float | None = None,
@@ -46,8 +53,8 @@ def compute_score(
         "extra_info": extra_info,
         **kwargs,
     }
-    out = pool_for(scorer, budget, memory_mb, 1).map([sample])[0]
-    return value_or_default(out, default, sample, hang_log, _name(scorer))
+    out = _shared.pool_for(scorer, budget, memory_mb, 1).map([sample])[0]
+    return _shared.value_or_default(out, default, sample, hang_log, _name(scorer))
 
 
 def compute_score_batch(
@@ -56,7 +63,7 @@ def compute_score_batch(
     ground_truths: Sequence[Any],
     extra_infos: Sequence[Any] | None = None,
     *,
-    scorer: Callable[..., Any] | str = VERL_DEFAULT,
+    scorer: Callable[..., Any] | str = _VERL_DEFAULT,
     budget: float = 2.0,
     default: Any = 0.0,
     memory_mb: float | None = None,
@@ -82,10 +89,10 @@ def compute_score_batch(
             data_sources, solution_strs, ground_truths, extras, strict=True
         )
     ]
-    outs = pool_for(scorer, budget, memory_mb, workers).map(samples)
+    outs = _shared.pool_for(scorer, budget, memory_mb, workers).map(samples)
     who = _name(scorer)
     return [
-        value_or_default(out, default, sample, hang_log, who)
+        _shared.value_or_default(out, default, sample, hang_log, who)
         for out, sample in zip(outs, samples, strict=True)
     ]
 

@@ -11,9 +11,9 @@ and ``guard``; nothing outside ``plugin`` imports it. One line per module:
 - ``_calls``: a scorer's call style (verl, per-module, TRL, OpenRLHF) from its signature;
 - ``_checker``: checking one scorer in a warm guarded worker: example, cases, confirmation;
 - ``_verdict``: one verdict per item, read by the failure message, tables, JSON, JUnit, exit;
-- ``_session``: the session plugin: collection, items, reporting hooks, baselines, exit status;
+- ``_session``: the session plugin: collection, reporting hooks, the baseline file, exit status;
 - ``_items``: the collection nodes (a collector per scorer, an item per scorer x family);
-- ``_report``: failure messages, the summary table, the JSON report and GitHub annotations;
-- ``_baseline``: saving and comparing per-family timing baselines;
+- ``_report``: failure messages, the summary table, JSON report, JUnit properties, annotations;
+- ``_baseline``: measuring, saving and comparing per-family timing baselines;
 - ``_known``: ``reward_hang_known`` entries; ``_changed``: scorers touched by a git change.
 """

@@ -2,7 +2,10 @@
 
 CPU times are compared after dividing by a calibration figure of the machine that measured them
 (a fixed pure-Python workload timed at session start), so a CI runner half as fast as the one that
-wrote the baseline reads the same normalised times and does not fail a pull request.
+wrote the baseline reads the same normalised times and does not fail a pull request. The
+calibration scales, it does not translate: a scorer can speed up or slow down differently from
+the workload on another interpreter or CPU, so each entry records both, and a comparison across
+them says so.
 """
 
 from __future__ import annotations
@@ -10,17 +13,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
+import os
+import platform
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_rewardhang import __version__
 from pytest_rewardhang.guard._outcome import Status
 
 from . import _changed
+from ._options import LIMIT_FIELDS, Limit
 
 if TYPE_CHECKING:
     from pytest_rewardhang.corpus._growth import Growth
@@ -28,47 +34,29 @@ if TYPE_CHECKING:
     from ._checker import CaseResult
 
 FORMAT = 1
-#: ``--reward-hang-compare-fail`` field -> baseline key. CPU fields are normalised.
-FIELDS = {
-    "cpu_p50": "cpu_p50_s",
-    "cpu_p95": "cpu_p95_s",
-    "cpu_max": "cpu_max_s",
-    "peak_mb": "peak_mb",
-    "growth": "growth_exponent",
-}
+#: ``--reward-hang-compare-fail`` field (named in ``_options``, which parses the limits) -> the
+#: baseline key it compares, in ``LIMIT_FIELDS`` order. CPU fields are normalised.
+FIELDS = dict(
+    zip(
+        LIMIT_FIELDS,
+        ("cpu_p50_s", "cpu_p95_s", "cpu_max_s", "peak_mb", "growth_exponent"),
+        strict=True,
+    )
+)
 CPU_FIELDS = frozenset({"cpu_p50", "cpu_p95", "cpu_max"})
+#: What a comparison cannot do without; a file lacking one is refused when loaded.
+REQUIRED = ("calibration_s", "corpus_version")
 #: A normalised CPU difference below this is the worker round trip's jitter, never a regression:
 #: a trivial scorer measures ~4 ms a call, and 100% of that is not worth a red CI run.
 NOISE_FLOOR_S = 0.01
-_LIMIT = re.compile(r"^(?P<field>[a-z0-9_]+):(?P<amount>[0-9]*\.?[0-9]+)(?P<percent>%?)$")
 
 
-@dataclass(frozen=True)
-class Limit:
-    """``FIELD:N%`` (relative to the baseline) or ``FIELD:N`` (absolute), pytest-benchmark's way."""
-
-    field: str
-    amount: float
-    percent: bool
-
-    def __str__(self) -> str:
-        return f"{self.field}:{self.amount:g}{'%' if self.percent else ''}"
-
-    def exceeded(self, before: float, now: float) -> bool:
-        allowed = before * self.amount / 100 if self.percent else self.amount
-        if self.field in CPU_FIELDS and now - before < NOISE_FLOOR_S:
-            return False
-        return now - before > allowed
-
-
-def parse_limit(raw: str) -> Limit:
-    match = _LIMIT.match(raw.strip())
-    if match is None:
-        raise ValueError("expected FIELD:N% or FIELD:N, e.g. cpu_p95:25% or cpu_max:0.5")
-    field = match["field"]
-    if field not in FIELDS:
-        raise ValueError(f"unknown field {field}; choose from {', '.join(FIELDS)}")
-    return Limit(field, float(match["amount"]), bool(match["percent"]))
+def _exceeded(limit: Limit, before: float, now: float) -> bool:
+    """Whether ``now`` is past ``before`` by more than ``limit`` allows (jitter never is)."""
+    allowed = before * limit.amount / 100 if limit.percent else limit.amount
+    if limit.field in CPU_FIELDS and now - before < NOISE_FLOOR_S:
+        return False
+    return now - before > allowed
 
 
 def _workload() -> int:
@@ -106,6 +94,34 @@ def source_hash(path: Path | None, rootdir: Path) -> str | None:
     return "sha256:" + digest.hexdigest()[:16]
 
 
+@cache
+def _plugin_version() -> str | None:
+    """The installed plugin's version, as pytest's header shows it; None where not installed.
+
+    Read from the distribution, not the top-level package: ``check`` never imports the package's
+    public surface.
+    """
+    try:
+        return metadata.version("pytest-rewardhang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@cache
+def environment() -> dict[str, str]:
+    """What an entry's timings depend on beyond the calibration: the interpreter and the CPU."""
+    cpu = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    except OSError:
+        models = []
+    if models:
+        cpu = f"{models[0]} ({platform.machine()})"
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    return {"python": python, "cpu": cpu}
+
+
 def _nearest_rank(sorted_values: Sequence[float], fraction: float) -> float:
     index = max(0, math.ceil(fraction * len(sorted_values)) - 1)
     return sorted_values[index]
@@ -136,8 +152,9 @@ def entry(
         "growth_exponent": None if steepest is None else round(steepest, 3),
         "source_hash": source,
         "corpus_version": corpus_version,
-        "plugin_version": __version__,
+        "plugin_version": _plugin_version(),
         "calibration_s": float(f"{calibration_s:.4g}"),
+        **environment(),
     }
 
 
@@ -149,6 +166,9 @@ class Comparison:
     reason: str = ""
     #: One line per limit exceeded, for the failure message.
     regressions: tuple[str, ...] = ()
+    #: How the baseline's interpreter or CPU differs from this run's ("" when they match, or
+    #: when the baseline predates recording them).
+    elsewhere: str = ""
 
 
 def compare(
@@ -173,7 +193,7 @@ def compare(
         if old is None or new is None:
             continue
         normalised = new * scale if limit.field in CPU_FIELDS else new
-        if limit.exceeded(float(old), float(normalised)):
+        if _exceeded(limit, float(old), float(normalised)):
             unit = "" if limit.field == "growth" else " MiB" if limit.field == "peak_mb" else " s"
             shown = f"{normalised:.4g}{unit}"
             if limit.field in CPU_FIELDS:
@@ -182,9 +202,62 @@ def compare(
                     f"{1 / scale:.3g}x the baseline's)"
                 )
             lines.append(f"{limit.field} {old:.4g}{unit} -> {shown}, over the limit {limit}")
+    elsewhere = "; ".join(
+        f"{key} {before[key]} -> {now.get(key)}"
+        for key in ("python", "cpu")
+        if before.get(key) is not None and before.get(key) != now.get(key)
+    )
     if lines:
-        return Comparison("regressed", moved, regressions=tuple(lines))
-    return Comparison("new", moved) if moved else Comparison("ok")
+        return Comparison("regressed", moved, regressions=tuple(lines), elsewhere=elsewhere)
+    return Comparison("new" if moved else "ok", moved, elsewhere=elsewhere)
+
+
+class BaselineRun:
+    """This run's side of the baselines: each family's entry, and its comparison with the file.
+
+    Made once per session when a baseline is saved or compared (the machine is calibrated first);
+    the items measure through it, so they need nothing else from the session.
+    """
+
+    def __init__(
+        self,
+        *,
+        calibration_s: float,
+        rootdir: Path,
+        corpus_version: str,
+        saved: dict[str, dict[str, dict[str, Any]]] | None,
+        limits: Iterable[Limit],
+    ) -> None:
+        self.calibration_s = calibration_s
+        self.rootdir = rootdir
+        self.corpus_version = corpus_version
+        #: The file compared with, ``{scorer id: {family: entry}}``; None: nothing to compare.
+        self.saved = saved
+        self.limits = tuple(limits)
+        self._source_hashes: dict[str, str | None] = {}
+
+    def entry(
+        self,
+        scorer_id: str,
+        results: list[CaseResult],
+        growth: Sequence[Growth],
+        source: Path | None,
+    ) -> dict[str, Any] | None:
+        # Hashed once per scorer: every family of it reads the same files.
+        if scorer_id not in self._source_hashes:
+            self._source_hashes[scorer_id] = source_hash(source, self.rootdir)
+        return entry(
+            results,
+            growth,
+            calibration_s=self.calibration_s,
+            source=self._source_hashes[scorer_id],
+            corpus_version=self.corpus_version,
+        )
+
+    def compare(self, scorer_id: str, family: str, now: dict[str, Any]) -> Comparison | None:
+        if self.saved is None:
+            return None
+        return compare(now, self.saved.get(scorer_id, {}).get(family), self.limits)
 
 
 class BaselineError(Exception):
@@ -206,6 +279,15 @@ def load(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
     scorers = document.get("scorers")
     if not isinstance(scorers, dict):
         raise BaselineError(f"{path}: not a reward hang baseline: no 'scorers' object")
+    for scorer_id, families in scorers.items():
+        if not isinstance(families, dict):
+            raise BaselineError(f"{path}: {scorer_id}: expected an object of families")
+        for family, found in families.items():
+            missing = [key for key in REQUIRED if not isinstance(found, dict) or key not in found]
+            if missing:
+                raise BaselineError(
+                    f"{path}: {scorer_id}::{family}: entry lacks {', '.join(missing)}"
+                )
     return scorers
 
 
@@ -214,15 +296,22 @@ def save(path: Path, entries: Iterable[tuple[str, str, dict[str, Any]]]) -> int:
 
     A run limited by ``-k`` or ``--reward-hang-changed`` refreshes only what it ran.
     """
-    try:
-        scorers = load(path) if path.exists() else {}
-    except BaselineError:
-        scorers = {}
+    scorers = load(path) if path.exists() else {}  # an unreadable one is refused, not replaced
     written = 0
     for scorer_id, family, found in entries:
         scorers.setdefault(scorer_id, {})[family] = found
         written += 1
-    path.parent.mkdir(parents=True, exist_ok=True)
     document = {"format": FORMAT, "scorers": scorers}
-    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_atomically(path, json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n")
     return written
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Readers (and a run killed halfway) see the old file or the new one, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temp.write_text(text, encoding="utf-8")
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)

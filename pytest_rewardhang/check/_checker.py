@@ -125,7 +125,10 @@ class ScorerCheck:
         """Cases from the scorer's own vocabulary, collected once in a throwaway child."""
         if self._harvested is None:
             out = run(
-                _harvest.collect, (self.spec, str(self.rootdir), example), budget=IMPORT_BUDGET_S
+                _harvest.collect,
+                (self.spec, str(self.rootdir), example),
+                budget=IMPORT_BUDGET_S,
+                objects=True,  # our own Vocabulary, built by our code in the child
             )
             vocabulary = out.value if out.status is Status.OK else _harvest.Vocabulary()
             self._units = _harvest.units(vocabulary)
@@ -186,7 +189,14 @@ class ScorerCheck:
                     if r.case.formula_id == case.formula_id and r.outcome.status is Status.OK
                 ]
                 text = self._shrink(case, max(passed, default=0))
-            _found.write(folder, self.scorer, case, text, self.deadline)
+            _found.write(
+                folder,
+                case,
+                text,
+                scorer_id=self.scorer.id,
+                kind=self.scorer.kind,
+                deadline=self.deadline,
+            )
 
     def _shrink(self, case: Case, passing: int) -> str:
         """The smallest expansion of the case's formula that still runs past the deadline."""
@@ -226,6 +236,7 @@ class ScorerCheck:
             _calls.describe,
             (self.scorer.spec, str(self.rootdir), self.scorer.response),
             budget=IMPORT_BUDGET_S,
+            objects=True,  # our own ScorerInfo, built by our code in the child
         )
         if out.status is not Status.OK:
             raise ScorerProblem(_first_line(out))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,17 +11,14 @@ import pytest
 from pytest_rewardhang.corpus import _growth
 from pytest_rewardhang.guard._outcome import Status
 
-from . import _report
+from . import _report, _verdict
 from ._checker import SEARCH, CaseResult, ScorerProblem
+from ._verdict import Kind, Verdict
 
 if TYPE_CHECKING:
-    from ._baseline import Comparison
+    from ._baseline import BaselineRun
     from ._checker import ScorerCheck
-    from ._session import RewardHangSession
-
-PROPERTY = "reward_hang"
-#: The item's baseline entry and comparison, carried to the controller like ``PROPERTY``.
-BASELINE_PROPERTY = "reward_hang_baseline"
+    from ._options import Settings
 
 
 class RewardHangFailure(Exception):
@@ -63,125 +59,90 @@ class RewardHangItem(pytest.Item):
 
 
 class FamilyItem(RewardHangItem):
-    """Every case of one corpus family against one scorer."""
+    """Every case of one corpus family against one scorer.
 
-    def __init__(self, *, family: str, session_plugin: RewardHangSession, **kw: Any) -> None:
+    It is given what it needs (the settings, and the baseline run when a baseline is saved or
+    compared) and never calls back into the session plugin.
+    """
+
+    def __init__(
+        self,
+        *,
+        family: str,
+        settings: Settings,
+        baseline: BaselineRun | None,
+        **kw: Any,
+    ) -> None:
         super().__init__(**kw)
         self.family = family
-        self.session_plugin = session_plugin
+        self.settings = settings
+        self.baseline = baseline
         self.growth: list[_growth.Growth] = []
         #: Listed as ``scorer-id::family`` in ``reward_hang_known``: strict for this item alone.
         self.known_hang = False
 
     def runtest(self) -> None:
-        scorer = self.check.scorer
+        verdict, results = self._judge()
+        self.user_properties += _report.item_properties(
+            self.check, self.family, results, verdict, self.growth
+        )
+        message = _report.item_message(
+            self.check, self.family, verdict, self.growth, self.settings.compare_baseline
+        )
+        if verdict.kind is Kind.HANG_CAUGHT:
+            pytest.xfail(message)
+        if verdict.kind is Kind.PROBLEM:
+            if self.check.problem_reported:  # one failure says it; the other families wait
+                scorer = self.check.scorer
+                pytest.skip(f"{scorer.id} cannot be checked: see its first failed item")
+            self.check.problem_reported = True
+            raise ScorerProblem(message)
+        if verdict.kind.fails:
+            raise RewardHangFailure(message, hang=verdict.hang)
+
+    def _judge(self) -> tuple[Verdict, list[CaseResult]]:
+        """The verdict, and the case results it was reached on."""
         try:
             results = self.check.run_family(self.family)
         except ScorerProblem as problem:
-            self._record([], "problem")
-            if self.check.problem_reported:  # one failure says it; the other families wait
-                pytest.skip(f"{scorer.id} cannot be checked: see its first failed item")
-            self.check.problem_reported = True
-            raise ScorerProblem(f"{scorer.id} ({scorer.spec}): {problem}") from None
-        timeouts = [r for r in results if r.outcome.status is Status.TIMEOUT]
-        settings = self.session_plugin.settings
-        self.growth = growth_of(results, settings.max_chars)
-        # Super-linear growth projected past the deadline at max_chars is a hang not yet run.
-        projected = [
-            g for g in self.growth if g.projects_past(self.check.deadline) and not timeouts
-        ]
-        projected = projected if "timeout" in settings.fail_on else []
-        too_steep = [g for g in self.growth if g.superlinear] if settings.strict_complexity else []
-        if (scorer.expect_hang or self.known_hang) and (timeouts or projected):
-            # Strictness is per scorer, not per family: a known-hanging scorer that hangs on
-            # no family at all fails the run (see the session's sessionfinish).
-            self._record(results, "hang caught")
-            count = f"{len(timeouts)} case(s) past the deadline" if timeouts else "projected"
-            why = "reward_hang_known" if self.known_hang else "expect=hang"
-            pytest.xfail(f"hang caught: {count} ({why})")
-        failing = [r for r in results if _failure_kinds(r) & settings.fail_on]
-        if not failing and not projected and not too_steep:
-            if self.known_hang:
-                self._record(results, "no longer hangs")
-                raise RewardHangFailure(
-                    f"no longer hangs: {self.nodeid} is listed in reward_hang_known but none of "
-                    "its cases ran past the deadline; if the scorer is fixed, remove the entry",
-                    hang=False,
-                )
-            self._against_baseline(results)
-            return
-        hang = any(r.outcome.status is Status.TIMEOUT for r in failing) or bool(projected)
-        self._record(results, "hang" if hang else "fail")
-        rootpath = self.config.rootpath
-        if failing:
-            message = _report.failure_message(self.check, self.family, failing, rootpath)
-        else:
-            message = _report.growth_message(self.check, projected or too_steep, bool(projected))
-        raise RewardHangFailure(message + _report.growth_lines(self.growth), hang=hang)
+            return _verdict.problem(str(problem)), []
+        self.growth = growth_of(results, self.settings.max_chars)
+        verdict = _verdict.judge(
+            results,
+            self.growth,
+            deadline=self.check.deadline,
+            fail_on=self.settings.fail_on,
+            strict_complexity=self.settings.strict_complexity,
+            expect_hang=self.check.scorer.expect_hang,
+            known_item=self.known_hang,
+        )
+        # Only a passing family is measured; the search's inputs change from run to run, so
+        # there is nothing there to compare.
+        if verdict.kind is not Kind.OK or self.baseline is None or self.family == SEARCH:
+            return verdict, results
+        return self._against_baseline(verdict, results, self.baseline)
 
-    def _against_baseline(self, results: list[CaseResult]) -> None:
-        """Record this family's baseline entry; fail on a regression the replay confirms.
+    def _against_baseline(
+        self, verdict: Verdict, results: list[CaseResult], baseline: BaselineRun
+    ) -> tuple[Verdict, list[CaseResult]]:
+        """Measure this family's baseline entry and compare it, replaying a regression once.
 
         The first measurement is only a soft limit: a regressed family runs again, each case
         keeps its faster time, and only a regression that holds on both runs fails.
         """
-        plugin = self.session_plugin
-        source = self.source[0]
-        # The search's inputs change from run to run: nothing there to compare.
-        now = (
-            None
-            if self.family == SEARCH
-            else plugin.baseline_entry(self.check, results, self.growth, source)
-        )
-        if now is None:
-            self._record(results, "ok")
-            return
-        comparison = plugin.compare(self.check.scorer.id, self.family, now)
+        scorer_id, source = self.check.scorer.id, self.source[0]
+        now = baseline.entry(scorer_id, results, self.growth, source)
+        if now is None:  # no case finished: nothing measured
+            return verdict, results
+        comparison = baseline.compare(scorer_id, self.family, now)
         replayed = False
         if comparison is not None and comparison.status == "regressed":
             results = _faster(results, self.check.run_family(self.family))
-            self.growth = growth_of(results, plugin.settings.max_chars)
-            now = plugin.baseline_entry(self.check, results, self.growth, source) or now
-            comparison = plugin.compare(self.check.scorer.id, self.family, now)
+            self.growth = growth_of(results, self.settings.max_chars)
+            now = baseline.entry(scorer_id, results, self.growth, source) or now
+            comparison = baseline.compare(scorer_id, self.family, now)
             replayed = True
-        regressed = comparison is not None and comparison.status == "regressed"
-        self._record(results, "regressed" if regressed else "ok")
-        self._record_baseline(now, comparison, replayed)
-        if comparison is not None and regressed:
-            path = plugin.settings.compare_baseline
-            moved = f" ({comparison.reason})" if comparison.reason else ""
-            raise RewardHangFailure(
-                f"regressed against the baseline {path}{moved} (confirmed on a replay):\n"
-                + "\n".join(f"  {line}" for line in comparison.regressions)
-                + f"\nworst case now: {now['worst_case']}; if the slowdown is intended, "
-                "save a new baseline with --reward-hang-save-baseline",
-                hang=False,
-            )
-
-    def _record_baseline(
-        self, entry: dict[str, Any], comparison: Comparison | None, replayed: bool
-    ) -> None:
-        carried = {"id": self.check.scorer.id, "family": self.family, "entry": entry}
-        if comparison is not None:
-            carried["comparison"] = {
-                "status": comparison.status,
-                "reason": comparison.reason,
-                "regressions": list(comparison.regressions),
-                "replayed": replayed,
-            }
-            self.user_properties.append(("reward_hang_compare", comparison.status))
-        self.user_properties.append((BASELINE_PROPERTY, json.dumps(carried, sort_keys=True)))
-
-    def _record(self, results: list[CaseResult], verdict: str) -> None:
-        record = _report.item_record(self.check, self.family, results, verdict)
-        record["growth"] = [g.as_dict() for g in self.growth]
-        if "known" in self.check.scorer.extra:
-            record["known_from"] = self.check.scorer.extra["known"]
-        self.user_properties.append((PROPERTY, json.dumps(record, sort_keys=True)))
-        timeouts = sum(r.outcome.status is Status.TIMEOUT for r in results)
-        self.user_properties.append(("reward_hang_verdict", verdict))
-        self.user_properties.append(("reward_hang_cases", len(results)))
-        self.user_properties.append(("reward_hang_timeouts", timeouts))
+        return _verdict.against_baseline(verdict, now, comparison, replayed), results
 
 
 def growth_of(results: list[CaseResult], max_chars: int) -> list[_growth.Growth]:
@@ -209,12 +170,3 @@ def _faster(first: list[CaseResult], again: list[CaseResult]) -> list[CaseResult
             result = replace(result, outcome=other.outcome)
         merged.append(result)
     return merged
-
-
-def _failure_kinds(result: CaseResult) -> set[str]:
-    kinds = set()
-    if result.outcome.status is not Status.OK:
-        kinds.add(str(result.outcome.status))
-    if result.outcome.leaked:
-        kinds.add("leak")
-    return kinds

@@ -6,20 +6,33 @@ Precedence: per-scorer key > command line > ini > default.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import pytest
-
-if TYPE_CHECKING:
-    from ._baseline import Limit
 
 T = TypeVar("T")
 N = TypeVar("N", int, float)
 
 FAILURE_KINDS = ("timeout", "error", "crashed", "memory", "leak")
+#: ``--reward-hang-compare-fail`` fields; ``_baseline.FIELDS`` says which entry key each reads.
+LIMIT_FIELDS = ("cpu_p50", "cpu_p95", "cpu_max", "peak_mb", "growth")
+_LIMIT = re.compile(r"^(?P<field>[a-z0-9_]+):(?P<amount>[0-9]*\.?[0-9]+)(?P<percent>%?)$")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """``FIELD:N%`` (relative to the baseline) or ``FIELD:N`` (absolute), pytest-benchmark's way."""
+
+    field: str
+    amount: float
+    percent: bool
+
+    def __str__(self) -> str:
+        return f"{self.field}:{self.amount:g}{'%' if self.percent else ''}"
 
 
 @dataclass(frozen=True)
@@ -220,8 +233,8 @@ def _add_ci_options(group: pytest.OptionGroup, parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="FIELD:N%|FIELD:N",
-        help="fail an item whose FIELD (cpu_p50, cpu_p95, cpu_max, peak_mb, growth) regressed "
-        "by more than N%% or N (repeatable; ini: reward_hang_compare_fail)",
+        help=f"fail an item whose FIELD ({', '.join(LIMIT_FIELDS)}) regressed by more than N%% "
+        "or N (repeatable; ini: reward_hang_compare_fail)",
     )
     parser.addini(
         "reward_hang_compare_fail",
@@ -297,8 +310,6 @@ def load(config: pytest.Config) -> Settings:
 
 
 def _ci_settings(config: pytest.Config) -> dict[str, Any]:
-    from ._baseline import parse_limit
-
     ini_dir = config.inipath.parent if config.inipath else config.rootpath
     here = config.invocation_params.dir
     ini_baseline = ini_dir / str(config.getini("reward_hang_baseline"))
@@ -418,8 +429,20 @@ def int_value(raw: str) -> int:
     return _number(raw, int, lambda n: True, "a whole number")
 
 
+def parse_limit(raw: str) -> Limit:
+    match = _LIMIT.match(raw.strip())
+    if match is None:
+        raise ValueError("expected FIELD:N% or FIELD:N, e.g. cpu_p95:25% or cpu_max:0.5")
+    field = match["field"]
+    if field not in LIMIT_FIELDS:
+        raise ValueError(f"unknown field {field}; choose from {', '.join(LIMIT_FIELDS)}")
+    return Limit(field, float(match["amount"]), bool(match["percent"]))
+
+
 def fail_on_set(raw: str) -> frozenset[str]:
     kinds = frozenset(part.strip() for part in raw.split(",") if part.strip())
+    if not kinds:  # nothing would fail: a gate that can never close is a mistake, not a choice
+        raise ValueError(f"name at least one outcome from {', '.join(FAILURE_KINDS)}")
     unknown = sorted(kinds - set(FAILURE_KINDS))
     if unknown:
         raise ValueError(

@@ -1,20 +1,31 @@
-"""What a run tells people: failure messages, the summary table, JSON, GitHub annotations."""
+"""What a run tells people, from the verdicts: messages, tables, JSON, JUnit, GitHub annotations."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_rewardhang.corpus._growth import SUPERLINEAR
 from pytest_rewardhang.guard._outcome import Frame, Status, is_library, thread_stacks
 
+from ._verdict import Kind, Verdict, rollup
+
 if TYPE_CHECKING:
     from pytest_rewardhang.corpus._growth import Growth
 
     from ._checker import CaseResult, ScorerCheck
+
+#: The item's JSON record (``item_record``), carried to the xdist controller in the report.
+PROPERTY = "reward_hang"
+#: The item's baseline entry and comparison, carried to the controller like ``PROPERTY``.
+BASELINE_PROPERTY = "reward_hang_baseline"
+#: The item's verdict, for JUnit readers and the terminal's HANG status.
+VERDICT_PROPERTY = "reward_hang_verdict"
 
 
 def stuck_frames(stack: str | None, rootdir: Path) -> tuple[Frame | None, list[Frame]]:
@@ -42,10 +53,51 @@ def _relative(file: str, rootdir: Path) -> str:
         return file
 
 
-def failure_message(
-    check: ScorerCheck, family: str, failing: list[CaseResult], rootdir: Path
+def item_message(
+    check: ScorerCheck,
+    family: str,
+    verdict: Verdict,
+    growth: list[Growth],
+    baseline: Path | None,
 ) -> str:
+    """What the item says: its failure, its xfail reason, or "" for a pass.
+
+    ``baseline`` is the file compared with, named in a regression's message.
+    """
     scorer = check.scorer
+    if verdict.kind is Kind.OK:
+        return ""
+    if verdict.kind is Kind.PROBLEM:
+        return f"{scorer.id} ({scorer.spec}): {verdict.problem}"
+    if verdict.kind is Kind.HANG_CAUGHT:
+        timeouts = len(verdict.timeouts)
+        count = f"{timeouts} case(s) past the deadline" if timeouts else "projected"
+        return f"hang caught: {count} ({verdict.expected_by})"
+    if verdict.kind is Kind.NO_LONGER_HANGS:
+        return (
+            f"no longer hangs: {scorer.id}::{family} is listed in reward_hang_known but none of "
+            "its cases ran past the deadline; if the scorer is fixed, remove the entry"
+        )
+    if verdict.kind is Kind.REGRESSED:
+        assert verdict.comparison is not None  # a regression is a comparison's verdict
+        assert verdict.entry is not None
+        moved = f" ({verdict.comparison.reason})" if verdict.comparison.reason else ""
+        return (
+            f"regressed against the baseline {baseline}{moved} (confirmed on a replay):\n"
+            + "\n".join(f"  {line}" for line in verdict.comparison.regressions)
+            + f"\nworst case now: {verdict.entry['worst_case']}; if the slowdown is intended, "
+            "save a new baseline with --reward-hang-save-baseline"
+        )
+    if verdict.failing:
+        message = failure_message(check, list(verdict.failing))
+    else:
+        steep = list(verdict.projected or verdict.too_steep)
+        message = growth_message(check, steep, bool(verdict.projected))
+    return message + growth_lines(growth)
+
+
+def failure_message(check: ScorerCheck, failing: list[CaseResult]) -> str:
+    scorer, rootdir = check.scorer, check.rootdir
     hangs = [r for r in failing if r.outcome.status is Status.TIMEOUT]
     if hangs:
         first = hangs[0]
@@ -87,7 +139,8 @@ def failure_message(
         if result.saved is not None:
             saved = _relative(str(result.saved), rootdir)
             lines.append(f"  input saved to {saved}")
-            lines.append(f"  reproduce: python -m pytest_rewardhang repro {shlex.quote(saved)}")
+            python = shlex.quote(_relative(sys.executable, rootdir))
+            lines.append(f"  reproduce: {python} -m pytest_rewardhang repro {shlex.quote(saved)}")
     return "\n".join(lines)
 
 
@@ -125,14 +178,50 @@ def _problem(result: CaseResult) -> str:
     return out.describe()
 
 
+def item_properties(
+    check: ScorerCheck,
+    family: str,
+    results: list[CaseResult],
+    verdict: Verdict,
+    growth: list[Growth],
+) -> list[tuple[str, object]]:
+    """The item's ``user_properties``: JUnit properties, and what the controller's summary reads."""
+    record = item_record(check, family, results, verdict, growth)
+    timeouts = sum(r.outcome.status is Status.TIMEOUT for r in results)
+    properties: list[tuple[str, object]] = [
+        (PROPERTY, json.dumps(record, sort_keys=True)),
+        (VERDICT_PROPERTY, verdict.kind.value),
+        ("reward_hang_cases", len(results)),
+        ("reward_hang_timeouts", timeouts),
+    ]
+    if verdict.entry is not None:
+        carried: dict[str, Any] = {"id": check.scorer.id, "family": family, "entry": verdict.entry}
+        comparison = verdict.comparison
+        if comparison is not None:
+            carried["comparison"] = {
+                "status": comparison.status,
+                "reason": comparison.reason,
+                "regressions": list(comparison.regressions),
+                "elsewhere": comparison.elsewhere,
+                "replayed": verdict.replayed,
+            }
+            properties.append(("reward_hang_compare", comparison.status))
+        properties.append((BASELINE_PROPERTY, json.dumps(carried, sort_keys=True)))
+    return properties
+
+
 def item_record(
-    check: ScorerCheck, family: str, results: list[CaseResult], verdict: str
+    check: ScorerCheck,
+    family: str,
+    results: list[CaseResult],
+    verdict: Verdict,
+    growth: list[Growth],
 ) -> dict[str, Any]:
-    return {
+    record = {
         "id": check.scorer.id,
         "spec": check.scorer.spec,
         "family": family,
-        "verdict": verdict,
+        "verdict": verdict.kind.value,
         "expect_hang": check.scorer.expect_hang,
         "deadline": check.deadline,
         "cases": [
@@ -150,7 +239,13 @@ def item_record(
             }
             for r in results
         ],
+        "growth": [g.as_dict() for g in growth],
     }
+    if "known" in check.scorer.extra:
+        record["known_from"] = check.scorer.extra["known"]
+    if verdict.problem:
+        record["problem"] = verdict.problem
+    return record
 
 
 def _stuck(result: CaseResult, check: ScorerCheck) -> list[Any] | None:
@@ -174,7 +269,7 @@ class Summary:
 
     def baseline_entries(self) -> list[tuple[str, str, dict[str, Any]]]:
         """What ``--reward-hang-save-baseline`` writes: entries of the items that passed."""
-        passed = {(r["id"], r["family"]) for r in self.records if r["verdict"] == "ok"}
+        passed = {(r["id"], r["family"]) for r in self.records if r["verdict"] == Kind.OK}
         return [
             (b["id"], b["family"], b["entry"])
             for b in self.baselines
@@ -189,6 +284,11 @@ class Summary:
         if compared:  # so a gate that compared and passed says so
             lines.append(
                 f"compared {len(compared)} entries with the baseline: {within} within limits"
+            )
+        for elsewhere in sorted({b["comparison"].get("elsewhere") or "" for b in compared} - {""}):
+            lines.append(
+                f"the baseline was measured elsewhere ({elsewhere}): CPU times are scaled by "
+                "each machine's calibration, which cannot make up for every difference"
             )
         for carried in sorted(self.baselines, key=lambda b: (b["id"], b["family"])):
             comparison = carried.get("comparison")
@@ -220,23 +320,26 @@ class Summary:
             entry["expect_hang"] = record.get("expect_hang", False)
             if "known_from" in record:
                 entry["known_from"] = record["known_from"]
+            if "problem" in record:  # why it could not be checked, as the failure says
+                entry.setdefault("problem", record["problem"])
         for carried in self.baselines:
             if carried["id"] in merged:
                 found = {**carried["entry"], "comparison": carried.get("comparison")}
                 merged[carried["id"]].setdefault("baseline", {})[carried["family"]] = found
         for entry in merged.values():
-            verdicts = entry.pop("verdicts")
-            entry["status"] = _scorer_status(verdicts)
-            if entry["expect_hang"] and "hang caught" not in verdicts:
-                entry["status"] = "no longer hangs"
+            entry["status"] = rollup(entry.pop("verdicts"), entry["expect_hang"]).value
         return list(merged.values())
+
+    def fails(self) -> bool:
+        """Whether some scorer's verdict fails the run (``expect=hang`` ones with passing items)."""
+        return any(Kind(entry["status"]).fails for entry in self.scorers())
 
     def known_from_ini(self, scorer_id: str) -> bool:
         return any(r["id"] == scorer_id and "known_from" in r for r in self.records)
 
     def no_longer_hanging(self) -> list[str]:
         """Scorers declared ``expect=hang`` that hung on none of the families that ran."""
-        return [e["id"] for e in self.scorers() if e["status"] == "no longer hangs"]
+        return [e["id"] for e in self.scorers() if e["status"] == Kind.NO_LONGER_HANGS]
 
     def table(self) -> list[str]:
         rows = [
@@ -270,18 +373,18 @@ class Summary:
         ]
 
     def write_json(self, path: Path, settings: dict[str, Any]) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        document = {"settings": settings, "scorers": self.scorers()}
-        path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        document = _finite({"settings": settings, "scorers": self.scorers()})
+        text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n"
+        path.write_text(text, encoding="utf-8")
 
     def github(self, step_summary: str | None) -> list[str]:
         """``::error`` annotations at each stuck line, and the table for the step summary."""
         lines = []
         for record in self.records:
-            if record["verdict"] in ("regressed", "no longer hangs"):
-                title = "reward hang " + record["verdict"].replace("no longer hangs", "fixed")
+            if record["verdict"] in (Kind.REGRESSED, Kind.NO_LONGER_HANGS):
+                title = "reward hang " + record["verdict"].replace(Kind.NO_LONGER_HANGS, "fixed")
                 lines.append(f"::error title={title}::{record['id']}::{record['family']}")
-            if record["verdict"] != "hang":
+            if record["verdict"] != Kind.HANG:
                 continue
             for case in record["cases"]:
                 if case["status"] != "timeout":
@@ -306,8 +409,12 @@ def _markdown_table(scorers: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def _scorer_status(verdicts: list[str]) -> str:
-    for verdict in ("problem", "hang", "fail", "regressed", "no longer hangs", "hang caught"):
-        if verdict in verdicts:
-            return verdict
-    return "ok"
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as null: JSON has no such numbers (unreadable times)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value

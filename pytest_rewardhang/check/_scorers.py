@@ -126,8 +126,15 @@ def decorated(rootdir: Path, ignore: Iterable[str] = ()) -> Iterator[ScorerSpec]
 def _decorated_in(path: Path, source: bytes, rootdir: Path) -> Iterator[ScorerSpec]:
     try:
         tree = ast.parse(source, filename=str(path))
-    except SyntaxError:
-        return  # not ours to report: the user's own tests will
+    except (SyntaxError, ValueError) as exc:
+        # It names the decorator, so it may register a scorer: skipping it would leave that
+        # scorer unchecked and the run green.
+        line = getattr(exc, "lineno", None)
+        where = f"{path.relative_to(rootdir).as_posix()}" + (f":{line}" if line else "")
+        raise ScorerConfigError(
+            f"{where}: cannot read this file for @pytest_rewardhang.scorer functions: "
+            f"{type(exc).__name__}: {getattr(exc, 'msg', exc)}"
+        ) from None
     relative = path.relative_to(rootdir).as_posix()
     for node in tree.body:
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

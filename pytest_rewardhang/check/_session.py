@@ -11,14 +11,14 @@ import pytest
 
 from pytest_rewardhang.corpus import _cases
 from pytest_rewardhang.corpus._format import CorpusError
-from pytest_rewardhang.corpus._growth import Growth
 
 from . import _baseline, _changed, _known, _scorers, _source
-from ._checker import HARVESTED, IMPORT_BUDGET_S, SEARCH, CaseResult, ScorerCheck
-from ._items import BASELINE_PROPERTY, PROPERTY, FamilyItem, ScorerNode
+from ._checker import HARVESTED, IMPORT_BUDGET_S, SEARCH, ScorerCheck
+from ._items import FamilyItem, ScorerNode
 from ._options import Settings, as_dict
-from ._report import Summary
+from ._report import BASELINE_PROPERTY, PROPERTY, VERDICT_PROPERTY, Summary
 from ._scorers import ScorerConfigError, ScorerSpec
+from ._verdict import Kind
 
 #: Added to every item's pytest-timeout bound: the outer net must never beat the guard.
 _TIMEOUT_MARGIN_S = 30.0
@@ -43,13 +43,20 @@ class RewardHangSession:
                     f"{settings.families_source}: unknown family {', '.join(unknown)}; "
                     f"known: {known}"
                 )
+        self.json_path = self._json_target()
         self.known = _known.KnownHangs(frozenset(), frozenset())
-        self.baseline = self._load_baseline()
-        self.calibration_s: float | None = None
+        saved = self._load_baseline()
+        #: What the items measure and compare through; None when no baseline is saved or compared.
+        self.baseline: _baseline.BaselineRun | None = None
         if settings.save_baseline is not None or settings.compare_baseline is not None:
-            # Once per process, before any scorer runs: xdist workers calibrate themselves.
-            self.calibration_s = settings.calibration or _baseline.calibrate()
-        self._source_hashes: dict[str, str | None] = {}
+            self.baseline = _baseline.BaselineRun(
+                # Once per process, before any scorer runs: xdist workers calibrate themselves.
+                calibration_s=settings.calibration or _baseline.calibrate(),
+                rootdir=config.rootpath,
+                corpus_version=self.corpus.version,
+                saved=saved,
+                limits=settings.compare_fail,
+            )
         self.baseline_notes: list[str] = []
         self.changed_files: set[Path] | None = None
         if settings.changed_ref is not None:
@@ -58,7 +65,34 @@ class RewardHangSession:
             except _changed.ChangedError as exc:
                 raise pytest.UsageError(f"--reward-hang-changed: {exc}") from None
 
+    def _json_target(self) -> Path | None:
+        """Where the JSON report goes, checked now: a bad path found after the run loses it."""
+        path = self.settings.json_path
+        if path is None or hasattr(self.config, "workerinput"):
+            return None
+        target = path if path.is_absolute() else self.config.invocation_params.dir / path
+        try:  # as --junitxml does, the folder is made; unlike a failed write, this is up front
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise NotADirectoryError(f"a part of {target.parent} is a file") from None
+            if target.is_dir():
+                raise IsADirectoryError(f"{target} is a directory")
+            if not os.access(target if target.exists() else target.parent, os.W_OK):
+                raise PermissionError(f"{target}: not writable")
+        except OSError as exc:
+            raise pytest.UsageError(f"--reward-hang-json: cannot write the report: {exc}") from None
+        return target
+
     def _load_baseline(self) -> dict[str, dict[str, dict[str, Any]]] | None:
+        save = self.settings.save_baseline
+        if save is not None and save.exists():
+            # Saving merges into the file; one it cannot read (a merge conflict, say) would be
+            # replaced by this run's entries alone: refuse it now, before any scorer runs.
+            try:
+                _baseline.load(save)
+            except _baseline.BaselineError as exc:
+                raise pytest.UsageError(f"--reward-hang-save-baseline: {exc}") from None
         path = self.settings.compare_baseline
         if path is None:
             return None
@@ -68,36 +102,6 @@ class RewardHangSession:
             return _baseline.load(path)
         except _baseline.BaselineError as exc:
             raise pytest.UsageError(f"--reward-hang-compare: {exc}") from None
-
-    # --- baselines ----------------------------------------------------------------------------
-
-    def baseline_entry(
-        self,
-        check: ScorerCheck,
-        results: list[CaseResult],
-        growth: list[Growth],
-        source: Path | None,
-    ) -> dict[str, Any] | None:
-        if self.calibration_s is None:
-            return None
-        scorer_id = check.scorer.id
-        if scorer_id not in self._source_hashes:
-            self._source_hashes[scorer_id] = _baseline.source_hash(source, self.config.rootpath)
-        return _baseline.entry(
-            results,
-            growth,
-            calibration_s=self.calibration_s,
-            source=self._source_hashes[scorer_id],
-            corpus_version=self.corpus.version,
-        )
-
-    def compare(
-        self, scorer_id: str, family: str, now: dict[str, Any]
-    ) -> _baseline.Comparison | None:
-        if self.baseline is None:
-            return None
-        before = self.baseline.get(scorer_id, {}).get(family)
-        return _baseline.compare(now, before, self.settings.compare_fail)
 
     # --- collection ---------------------------------------------------------------------------
 
@@ -150,14 +154,20 @@ class RewardHangSession:
             source = _source.locate(check.spec, config.rootpath)
             made: list[pytest.Item] = []
             for family in check.families():
-                item = FamilyItem.from_parent(node, name=family, family=family, session_plugin=self)
+                item = FamilyItem.from_parent(
+                    node,
+                    name=family,
+                    family=family,
+                    settings=self.settings,
+                    baseline=self.baseline,
+                )
                 item.check = check
                 item.source = source
                 item.known_hang = self.known.item(spec.id, family)
                 item.add_marker(pytest.mark.reward_hang)
                 # Cases, their fresh re-runs (or the baseline's replay) and the example, each up
                 # to the deadline.
-                runs = 3 if self.baseline is not None else 2
+                runs = 3 if self.settings.compare_baseline is not None else 2
                 bound = IMPORT_BUDGET_S + (runs * check.case_count(family) + 1) * check.deadline
                 bound += _TIMEOUT_MARGIN_S
                 item.add_marker(pytest.mark.timeout(max(bound, user_timeout)))
@@ -183,9 +193,11 @@ class RewardHangSession:
     # --- running and reporting ----------------------------------------------------------------
 
     def pytest_report_teststatus(
-        self, report: pytest.TestReport, config: pytest.Config
+        self, report: pytest.TestReport | pytest.CollectReport, config: pytest.Config
     ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
-        hang = ("reward_hang_verdict", "hang") in report.user_properties
+        # Collection reports come here too (a user's broken test module) and have no properties.
+        properties = getattr(report, "user_properties", ())
+        hang = (VERDICT_PROPERTY, Kind.HANG.value) in properties
         if report.when == "call" and report.failed and hang:
             return "failed", "H", ("HANG", {"red": True})
         return None
@@ -235,14 +247,14 @@ class RewardHangSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         for check in self.checks:
             check.close()
-        stale = self.summary.no_longer_hanging() and not hasattr(self.config, "workerinput")
-        if stale and session.exitstatus == pytest.ExitCode.OK:
+        # Items fail by their verdicts; a scorer's can fail too where every item passed (one
+        # expected to hang that hung nowhere). The controller decides, from every worker's items.
+        failed = self.summary.fails() and not hasattr(self.config, "workerinput")
+        if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        path = self.settings.json_path
-        if path is not None and not hasattr(self.config, "workerinput"):
-            target = path if path.is_absolute() else self.config.invocation_params.dir / path
+        if self.json_path is not None:
             settings = {**as_dict(self.settings), "corpus_version": self.corpus.version}
-            self.summary.write_json(target, settings)
+            self.summary.write_json(self.json_path, settings)
         save = self.settings.save_baseline
         if save is not None and not hasattr(self.config, "workerinput"):
             # The controller writes it, from the item reports: xdist workers only measure.

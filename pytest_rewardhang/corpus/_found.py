@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING
 from ._format import FORMAT_VERSION
 
 if TYPE_CHECKING:
-    from pytest_rewardhang.check._scorers import ScorerSpec
-
     from ._cases import Case
 
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -29,15 +27,22 @@ def family_name(family: str, scorer_id: str) -> str:
     return f"found-{slug(family)}-{slug(scorer_id)}"
 
 
-def write(folder: Path, scorer: ScorerSpec, case: Case, text: str, deadline: float) -> Path:
-    family = family_name(case.family, scorer.id)
+def write(
+    folder: Path, case: Case, text: str, *, scorer_id: str, kind: str, deadline: float
+) -> Path:
+    """Write ``text``, which ran past ``deadline`` as ``case``, as a corpus file; return its path.
+
+    ``scorer_id`` and ``kind`` are the scorer's: a ``code`` scorer's input is written as a program,
+    any other as a TOML case.
+    """
+    family = family_name(case.family, scorer_id)
     folder.mkdir(parents=True, exist_ok=True)
     today = datetime.date.today().isoformat()
     provenance = (
-        f"found by pytest --reward-hang-check on {today}: {scorer.id} ran past its "
+        f"found by pytest --reward-hang-check on {today}: {scorer_id} ran past its "
         f"{deadline:g} s deadline on case {case.id} ({len(text)} chars)"
     )
-    if scorer.kind == "code":
+    if kind == "code":
         path = folder / f"{family}.py"
         header = (
             f"# family: {family}\n"

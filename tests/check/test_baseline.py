@@ -14,61 +14,15 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang.check import _baseline
+from pytest_rewardhang.check import _baseline, _options
 from pytest_rewardhang.corpus import _cases
+from tests._projects import fast, scorer_args
 
 pytestmark = pytest.mark.timeout(120)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "baseline.json"
 
-SCORERS = '''
-import hashlib
-import os
-import time
-
-SEEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seen")
-
-
-def _spin(seconds):
-    end = time.process_time() + seconds
-    while time.process_time() < end:
-        pass
-
-
-def clean(solution_str, ground_truth):
-    return float(solution_str.rstrip(" .").endswith(ground_truth))
-
-
-def spin(solution_str, ground_truth):
-    _spin(0.1)
-    return 0.0
-
-
-def noisy(solution_str, ground_truth):
-    """Slow only the first time it sees a response: one noisy sample, gone on the replay."""
-    os.makedirs(SEEN, exist_ok=True)
-    mark = os.path.join(SEEN, hashlib.sha256(solution_str.encode("utf-8", "replace")).hexdigest())
-    if not os.path.exists(mark):
-        open(mark, "w").close()
-        _spin(0.1)
-    return 0.0
-'''
-
-FAST = [
-    "--reward-hang-check",
-    "--reward-hang-deadline=1",
-    "--reward-hang-max-chars=2048",
-    "--reward-hang-family=repetition",
-    "-p",
-    "no:cacheprovider",
-]
-
-
-@pytest.fixture
-def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makepyfile(scorers=SCORERS)
-    pytester.makeini("[pytest]\n")
-    return pytester
+FAST = fast(deadline=1, max_chars=2048, family="repetition")
 
 
 def stored_baseline(project: pytest.Pytester, **changes: dict[str, Any]) -> Path:
@@ -88,10 +42,6 @@ def stored_baseline(project: pytest.Pytester, **changes: dict[str, Any]) -> Path
     return path
 
 
-def scorers(*names: str) -> list[str]:
-    return [f"--reward-hang-scorer=scorers.py:{name}" for name in names]
-
-
 def report(project: pytest.Pytester) -> dict[str, Any]:
     document = json.loads((project.path / "r.json").read_text())
     return {entry["id"]: entry for entry in document["scorers"]}
@@ -101,7 +51,7 @@ def test_a_regressed_scorer_fails_only_its_item_after_a_replay(project: pytest.P
     stored_baseline(project)
     result = project.runpytest_subprocess(
         *FAST,
-        *scorers("clean", "spin", "noisy"),
+        *scorer_args("clean", "spin", "noisy"),
         "--reward-hang-compare=baseline.json",
         "--reward-hang-compare-fail=cpu_p95:50%",
         "--reward-hang-calibration=0.02",
@@ -128,7 +78,13 @@ def test_a_regressed_scorer_fails_only_its_item_after_a_replay(project: pytest.P
     found = report(project)
     noisy = found["scorers.noisy"]["baseline"]["repetition"]["comparison"]
     # Slow on the first run, fast on the replay: the replay's times stand and it passes.
-    assert noisy == {"status": "ok", "reason": "", "regressions": [], "replayed": True}
+    assert noisy == {
+        "status": "ok",
+        "reason": "",
+        "regressions": [],
+        "elsewhere": "",
+        "replayed": True,
+    }
     assert found["scorers.clean"]["baseline"]["repetition"]["comparison"]["replayed"] is False
     assert found["scorers.spin"]["status"] == "regressed"
 
@@ -145,13 +101,48 @@ def test_a_slower_machine_does_not_fail(project: pytest.Pytester) -> None:
         reward_hang_calibration = 0.2
         """
     )
-    result = project.runpytest_subprocess(*FAST, *scorers("spin"), "--reward-hang-json=r.json")
+    result = project.runpytest_subprocess(*FAST, *scorer_args("spin"), "--reward-hang-json=r.json")
     result.assert_outcomes(passed=1)
     comparison = report(project)["scorers.spin"]["baseline"]["repetition"]["comparison"]
-    assert comparison == {"status": "ok", "reason": "", "regressions": [], "replayed": False}
+    assert comparison == {
+        "status": "ok",
+        "reason": "",
+        "regressions": [],
+        "elsewhere": "",  # the fixture predates recording the interpreter and the CPU
+        "replayed": False,
+    }
     # The command line wins over the ini: the same run on a machine as fast as the baseline's.
-    result = project.runpytest_subprocess(*FAST, *scorers("spin"), "--reward-hang-calibration=0.02")
+    result = project.runpytest_subprocess(
+        *FAST, *scorer_args("spin"), "--reward-hang-calibration=0.02"
+    )
     result.assert_outcomes(failed=1)
+
+
+def test_a_baseline_from_another_interpreter_or_cpu_is_compared_and_says_so(
+    project: pytest.Pytester,
+) -> None:
+    here = _baseline.environment()
+    stored_baseline(project, **{"scorers.spin": {"python": "CPython 3.0.0", "cpu": here["cpu"]}})
+    result = project.runpytest_subprocess(
+        *FAST,
+        *scorer_args("spin"),
+        "--reward-hang-compare=baseline.json",
+        "--reward-hang-json=r.json",
+        "--reward-hang-calibration=0.2",
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [f"*the baseline was measured elsewhere (python CPython 3.0.0 -> {here['python']})*"]
+    )
+    comparison = report(project)["scorers.spin"]["baseline"]["repetition"]["comparison"]
+    assert comparison["elsewhere"] == f"python CPython 3.0.0 -> {here['python']}"
+    # And a saved entry records both, so the next comparison can tell.
+    saved = project.runpytest_subprocess(
+        *FAST, *scorer_args("spin"), "--reward-hang-save-baseline=new.json"
+    )
+    saved.assert_outcomes(passed=1)
+    entry = json.loads((project.path / "new.json").read_text())["scorers"]["scorers.spin"]
+    assert {entry["repetition"]["python"], entry["repetition"]["cpu"]} == set(here.values())
 
 
 def test_changed_source_or_corpus_is_a_new_entry_and_a_changed_scorer_is_still_gated(
@@ -167,7 +158,7 @@ def test_changed_source_or_corpus_is_a_new_entry_and_a_changed_scorer_is_still_g
     )
     result = project.runpytest_subprocess(
         *FAST,
-        *scorers("clean", "spin", "noisy"),
+        *scorer_args("clean", "spin", "noisy"),
         "--reward-hang-compare",
         "baseline.json",
         "--reward-hang-compare-fail=cpu_p95:1%",
@@ -197,10 +188,11 @@ def test_save_writes_one_sorted_file_from_the_controller(
 ) -> None:
     target = project.path / "ci" / "baseline.json"
     target.parent.mkdir()
-    kept = {"old.scorer": {"repetition": {"cpu_p95_s": 1.0}}}
+    old = {"cpu_p95_s": 1.0, "calibration_s": 0.02, "corpus_version": "1:abc"}
+    kept = {"old.scorer": {"repetition": old}}
     target.write_text(json.dumps({"format": 1, "scorers": kept}))
     result = project.runpytest_subprocess(
-        *FAST, *scorers("clean", "spin"), "--reward-hang-save-baseline=ci/baseline.json", *xdist
+        *FAST, *scorer_args("clean", "spin"), "--reward-hang-save-baseline=ci/baseline.json", *xdist
     )
     result.assert_outcomes(passed=2)
     assert result.stdout.str().count("baseline written:") == 1
@@ -214,12 +206,14 @@ def test_save_writes_one_sorted_file_from_the_controller(
         "calibration_s",
         "cases",
         "corpus_version",
+        "cpu",
         "cpu_max_s",
         "cpu_p50_s",
         "cpu_p95_s",
         "growth_exponent",
         "peak_mb",
         "plugin_version",
+        "python",
         "source_hash",
         "worst_case",
     }
@@ -270,7 +264,7 @@ def test_bad_baseline_options_get_one_clear_line(
     project: pytest.Pytester, args: list[str], ini: str, message: str
 ) -> None:
     project.makeini(f"[pytest]\n{ini}\n")
-    result = project.runpytest_subprocess(*FAST, *scorers("clean"), *args)
+    result = project.runpytest_subprocess(*FAST, *scorer_args("clean"), *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
@@ -312,13 +306,13 @@ ENTRY = {
 def test_compare_normalises_cpu_by_the_calibration(
     now: dict[str, Any], limit: str, status: str
 ) -> None:
-    comparison = _baseline.compare({**ENTRY, **now}, ENTRY, [_baseline.parse_limit(limit)])
+    comparison = _baseline.compare({**ENTRY, **now}, ENTRY, [_options.parse_limit(limit)])
     assert comparison.status == status, comparison
     assert bool(comparison.regressions) == (status == "regressed")
 
 
 def test_compare_reports_new_entries_with_the_reason() -> None:
-    limits = [_baseline.parse_limit("cpu_p95:1%")]
+    limits = [_options.parse_limit("cpu_p95:1%")]
     assert _baseline.compare(ENTRY, None, limits).reason == "no baseline entry"
     moved = _baseline.compare({**ENTRY, "source_hash": "sha256:2"}, ENTRY, limits)
     assert (moved.status, moved.reason) == ("new", "scorer source changed (sha256:1 -> sha256:2)")

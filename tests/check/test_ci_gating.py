@@ -9,41 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from tests._projects import fast, scorer_args
+
 pytestmark = pytest.mark.timeout(120)
 
-SCORERS = """
-def clean(solution_str, ground_truth):
-    return float(solution_str.rstrip(" .").endswith(ground_truth))
-
-
-def c_hang(solution_str, ground_truth):
-    if len(solution_str) > 6000:
-        sum(range(10**13))  # one C call: no signal handler runs until it returns
-    return 0.0
-"""
-
-FAST = [
-    "--reward-hang-check",
-    "--reward-hang-deadline=0.5",
-    "--reward-hang-max-chars=8192",
-    "--reward-hang-family=repetition",
-    "-p",
-    "no:cacheprovider",
-]
-
-
-@pytest.fixture
-def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makepyfile(scorers=SCORERS)
-    return pytester
+FAST = fast(deadline=0.5, max_chars=8192, family="repetition")
+SCORER_ARGS = scorer_args("clean", "c_hang")
 
 
 def known(pytester: pytest.Pytester, *entries: str) -> None:
     lines = "".join(f"\n    {entry}" for entry in entries)
     pytester.makeini(f"[pytest]\nreward_hang_known ={lines}\n")
-
-
-SCORER_ARGS = ["--reward-hang-scorer=scorers.py:clean", "--reward-hang-scorer=scorers.py:c_hang"]
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])

@@ -10,88 +10,22 @@ import textwrap
 
 import pytest
 
+from tests._projects import C_HANG_LINE, SCORERS, fast, scorer_args
+
 pytestmark = pytest.mark.timeout(180)
 
-SCORERS = '''
-import os
-import re
-import signal
-import subprocess
-import sys
-import threading
-import time
-
-
-def clean(solution_str, ground_truth):
-    return float(solution_str.rstrip(" .").endswith(ground_truth))
-
-
-def c_hang(solution_str, ground_truth):
-    if len(solution_str) > 6000:
-        sum(range(10**13))  # one C call: no signal handler runs until it returns
-    return 0.0
-
-
-class _Alarm(Exception):
-    pass
-
-
-def _raise(signum, frame):
-    raise _Alarm
-
-
-def alarm_guarded(solution_str, ground_truth):
-    """Safe on the main thread's signal path; a threaded trainer skips the guard."""
-    guarded = threading.current_thread() is threading.main_thread()
-    if guarded:
-        signal.signal(signal.SIGALRM, _raise)
-        signal.setitimer(signal.ITIMER_REAL, 0.05)
-    try:
-        spins = 0
-        while len(solution_str) > 6000:
-            spins += 1
-    except _Alarm:
-        return 0.0
-    finally:
-        if guarded:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    return 0.0
-
-
-def leaks(solution_str, ground_truth):
-    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    return 0.0
-
-
-def errors(solution_str, ground_truth):
-    if len(solution_str) > 6000:
-        raise ValueError("cannot parse a response this long")
-    return 0.0
-'''
-
 XDIST = pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-FAST = ["--reward-hang-deadline=0.5", "--reward-hang-max-chars=8192", "-p", "no:cacheprovider"]
-
-
-@pytest.fixture
-def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makepyfile(scorers=SCORERS)
-    pytester.makeini("[pytest]\n")
-    return pytester
+FAST = fast(deadline=0.5, max_chars=8192)
 
 
 def check(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("--reward-hang-check", *FAST, *args)
+    return pytester.runpytest_subprocess(*FAST, *args)
 
 
 def assert_line(result: pytest.RunResult, *parts: str) -> None:
     """Some output line holds every part (xdist and serial runs order them differently)."""
     lines = result.stdout.lines
     assert any(all(part in line for part in parts) for line in lines), (parts, "\n".join(lines))
-
-
-def scorer_args(*names: str) -> list[str]:
-    return [f"--reward-hang-scorer=scorers.py:{name}" for name in names]
 
 
 @XDIST
@@ -115,9 +49,9 @@ def test_each_kind_of_scorer_gets_its_verdict(project: pytest.Pytester, xdist: l
             "*hangs: case repetition-8192 (8192 chars) ran past the 0.5 s deadline*",
             "*hangs on its own: a fresh worker timed out too*",
             "*stuck in the scorer at (innermost first):*",
-            "*scorers.py:16 in c_hang*",
+            f"*scorers.py:{C_HANG_LINE} in c_hang*",
             "*input saved to .reward-hang/cases/scorers.c_hang/repetition-8192.json*",
-            "*reproduce: python -m pytest_rewardhang repro *",
+            f"*reproduce: {sys.executable} -m pytest_rewardhang repro *",
         ]
     )
     result.stdout.fnmatch_lines(["*scorers.py:* in alarm_guarded*"])
@@ -141,12 +75,20 @@ def test_each_kind_of_scorer_gets_its_verdict(project: pytest.Pytester, xdist: l
     assert {"id", "family", "chars", "status", "wall_s", "cpu_s"} <= set(hang_case)
 
 
-def test_saved_case_reproduces_alone(project: pytest.Pytester) -> None:
-    check(project, *scorer_args("c_hang"), "-k", "repetition").assert_outcomes(failed=1)
-    saved = ".reward-hang/cases/scorers.c_hang/repetition-8192.json"
+def test_saved_case_reproduces_alone_with_the_printed_command(project: pytest.Pytester) -> None:
+    result = check(project, *scorer_args("c_hang"), "-k", "repetition")
+    result.assert_outcomes(failed=1)
+    (command,) = [
+        line.split("reproduce: ", 1)[1]
+        for line in result.stdout.lines
+        if "reproduce: " in line and "repetition-8192.json" in line
+    ]
+    # Pasted as printed, in a shell with no virtual environment on PATH: a bare ``python``
+    # would not find the package (or would not exist).
     repro = subprocess.run(
-        [sys.executable, "-m", "pytest_rewardhang", "repro", saved],
+        ["/bin/sh", "-c", command],
         cwd=project.path,
+        env={**os.environ, "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=60,
@@ -215,6 +157,28 @@ def test_without_the_flag_the_plugin_is_inert(pytester: pytest.Pytester) -> None
     assert "reward hang check" not in result.stdout.str()
     markers = pytester.runpytest_subprocess("--markers")
     markers.stdout.fnmatch_lines(["@pytest.mark.reward_hang:*"])
+
+
+def test_scorers_without_the_flag_say_how_to_start_the_check(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(scorers=SCORERS)
+    pytester.makeini("[pytest]\nreward_hang_scorers = scorers.py:clean\n")
+    result = pytester.runpytest_subprocess("-m", "reward_hang", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines(["*1 scorer(s) registered*add --reward-hang-check*"])
+    # Nothing registered: pytest's own "no tests ran", and nothing of ours.
+    pytester.makeini("[pytest]\n")
+    quiet = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert "reward-hang" not in quiet.stdout.str()
+
+
+def test_a_broken_user_module_beside_the_check_is_a_plain_collection_error(
+    project: pytest.Pytester,
+) -> None:
+    project.makepyfile(test_broken="import does_not_exist_anywhere\n")
+    result = check(project, *scorer_args("clean"))
+    result.stdout.fnmatch_lines(["*ERROR collecting test_broken.py*"])
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # pytest's own verdict on it, not a crash
+    assert "AttributeError" not in result.stdout.str() + result.stderr.str()
 
 
 def test_collect_only_and_marker_selection(project: pytest.Pytester) -> None:
@@ -408,7 +372,9 @@ def test_github_annotations_and_step_summary(project: pytest.Pytester) -> None:
     finally:
         for key in env:
             del os.environ[key]
-    result.stdout.fnmatch_lines(["::error file=scorers.py,line=16,title=reward hang::*"])
+    result.stdout.fnmatch_lines(
+        [f"::error file=scorers.py,line={C_HANG_LINE},title=reward hang::*"]
+    )
     assert "| `scorers.c_hang` |" in summary.read_text()
     junit = (project.path / "j.xml").read_text()
     assert 'name="reward_hang_verdict" value="hang"' in junit
