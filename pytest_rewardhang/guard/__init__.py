@@ -10,18 +10,20 @@ This package is the public surface of the guard and imports only the standard li
 that imports it pays for nothing of pytest's. Its modules (all private):
 
 - ``_run``: :func:`run`, :func:`guarded`, the limit checks and the no-fork fallbacks;
-- ``_outcome``: :class:`Outcome`, :class:`Status`, :class:`Mechanism`, stack-dump frames;
+- ``_outcome``: :class:`Outcome`, :class:`Status`, :class:`Mechanism`, :class:`Containment`,
+  stack-dump frames;
 - ``_fork``: the caller's side of one forked call (wait, deadline, stack dump, kill, decode);
 - ``_child``: what runs in a guarded process (stdio, stack dump, memory limit, the call);
 - ``_wire``: every frame and message that crosses a pipe or socket, both ends;
 - ``_proctree``: finding, killing and reaping a process's descendants through ``/proc``;
+- ``_contain``: a PID namespace around the guarded process, so nothing outlives the call;
 - ``_spec``: importing a callable from ``pkg.mod:attr`` or ``path/file.py:attr``;
 - ``_pool``: :class:`Pool`, per-item deadlines, deaths and respawns; ``_launch``: how its
   workers come to exist; ``_zygote`` and ``_worker``: the pool's two kinds of process.
 """
 
 from ._launch import PoolError
-from ._outcome import Mechanism, Outcome, Status
+from ._outcome import Containment, Mechanism, Outcome, Status
 from ._pool import Pool
 from ._run import CallFailed, guarded, run
 from ._wire import OUTPUT_LIMIT
@@ -29,6 +31,7 @@ from ._wire import OUTPUT_LIMIT
 __all__ = [
     "OUTPUT_LIMIT",
     "CallFailed",
+    "Containment",
     "Mechanism",
     "Outcome",
     "Pool",

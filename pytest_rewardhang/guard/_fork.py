@@ -4,20 +4,32 @@ The parent starts no thread and installs no signal handler: it waits in ``poll()
 child's pidfd and on three pipes (result, output, stack) with the time left as the timeout, so
 it wakes exactly at the deadline, drains a large result while the child writes it, and works
 from any thread and from many threads at once. The child's side is :mod:`._child`.
+
+Every wait is bounded (see :func:`._proctree.kill_tree` for the kill), and a
+``KeyboardInterrupt`` may strike anywhere (a 1 kHz SIGINT storm does): the call's state lives
+on a :class:`_Call`, each resource is recorded by the same C call that creates it (so no
+interrupt can fall between the two), the two short sections that create and release them run
+with the asynchronous signals blocked in the calling thread, and the release runs in a
+``finally`` and is idempotent. The interrupt then propagates, after the cleanup.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import os
 import resource
 import select
 import signal
+import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any
 
-from . import _proctree
+from . import _contain, _proctree
 from ._child import run_child
 from ._outcome import Outcome, Status
 from ._wire import (
@@ -33,6 +45,69 @@ from ._wire import (
     output_text,
 )
 
+#: Signals blocked while a call's resources are created or released, so that a Python-level
+#: handler (SIGINT's KeyboardInterrupt) runs before or after, never between. Not the signals
+#: a fault raises synchronously, which must never be blocked.
+_SYNCHRONOUS = {"SIGKILL", "SIGSTOP", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS"}
+_MASKED = frozenset(
+    sig
+    for sig in signal.valid_signals()
+    if not (isinstance(sig, signal.Signals) and sig.name in _SYNCHRONOUS)
+)
+#: poll() takes milliseconds as a C int: any finite budget works, waiting in slices.
+_POLL_MAX_MS = 1 << 30
+#: Without a pidfd the child's exit is noticed by polling this often.
+_NO_PIDFD_TICK_MS = 5
+#: Reads of one pipe per wakeup, so a flood of output cannot keep the caller past the deadline.
+_READS_PER_WAKEUP = 4
+
+
+def _keep(box: list[Any], fn: Callable[..., Any], *args: Any) -> None:
+    """``box.append(fn(*args))`` in one C call: no interrupt can fall between the two.
+
+    (A KeyboardInterrupt is raised at the end of a ``CALL``: after ``pid = os.fork()`` returns
+    but before the name is bound, the pid would be lost and the child left running.)
+    """
+    box.extend(itertools.starmap(fn, (args,)))
+
+
+def _close_once(closed: dict[str, None], key: str, fd: int) -> None:
+    """Close ``fd`` and record ``key`` as closed, in one C call; a second call does nothing.
+
+    Keyed by role, not number: a closed descriptor's number is soon reused (by the pidfd).
+    """
+    if key not in closed:
+        closed.update(zip((key,), map(os.close, (fd,)), strict=True))
+
+
+@cache
+def missing_features() -> tuple[str, ...]:
+    """What the platform lacks of what the fork guard uses, probed once; warns once if any."""
+    missing = []
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        missing.append(
+            "pidfd_open (Linux >= 5.3): the child is watched by polling, signalled by pid"
+        )
+    if not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children"):
+        missing.append(
+            "/proc/PID/task/TID/children: descendants the call leaves running are not found "
+            "(only its process group is killed)"
+        )
+    if not _proctree.can_subreap():
+        missing.append(
+            "PR_SET_CHILD_SUBREAPER (Linux): orphaned descendants of the call are not found "
+            "(only its process group is killed)"
+        )
+    if missing:
+        warnings.warn(
+            "pytest_rewardhang.guard: this platform lacks " + "; ".join(missing),
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    return tuple(missing)
+
 
 def run_forked(
     fn: Callable[..., Any],
@@ -40,115 +115,227 @@ def run_forked(
     kwargs: Mapping[str, Any],
     budget: float,
     memory_mb: float | None,
+    objects: bool = False,
 ) -> Outcome:
     _proctree.prepare()
-    result_r, result_w = os.pipe2(os.O_CLOEXEC)
-    output_r, output_w = os.pipe2(os.O_CLOEXEC)
-    stack_r, stack_w = os.pipe2(os.O_CLOEXEC)
-    parent_pid = os.getpid()
-    start = time.perf_counter()
+    missing_features()
+    _proctree.sweep_unreaped()
+    call = _Call(budget, objects)
     try:
-        pid = os.fork()
-    except BaseException:
-        for fd in (result_r, result_w, output_r, output_w, stack_r, stack_w):
-            os.close(fd)
-        raise
-    if pid == 0:  # pragma: no cover - the child; it reports through the pipes and never returns
-        os.close(result_r)
-        os.close(output_r)
-        os.close(stack_r)
-        run_child(fn, args, kwargs, memory_mb, parent_pid, result_w, output_w, stack_w)
-    for fd in (result_w, output_w, stack_w):
-        os.close(fd)
-    return _Parent(pid, start, budget, result_r, output_r, stack_r).wait()
+        call.start(fn, args, kwargs, memory_mb)
+        return call.wait()
+    finally:
+        # Blocked inline first: an interrupt pending now strikes at the end of this call,
+        # not at the entry of finish(), which the inner ``finally`` then still runs.
+        try:
+            if call.mask:
+                signal.pthread_sigmask(signal.SIG_BLOCK, _MASKED)
+        finally:
+            call.finish()
 
 
-class _Parent:
-    """The caller's side of one call: wait, drain, kill if need be, reap, close."""
+class _Call:
+    """One forked call, from its pipes to its reaping; each resource recorded as it is made."""
 
-    def __init__(
-        self, pid: int, start: float, budget: float, result_r: int, output_r: int, stack_r: int
-    ) -> None:
-        self.pid = pid
-        self.start = start
+    def __init__(self, budget: float, objects: bool) -> None:
         self.budget = budget
+        self.objects = objects
+        self.mask: list[set[int]] = []  # the caller's signal mask, once blocked
+        self.pipes: list[tuple[int, int]] = []  # result, output, stack: (read, write)
+        self.forked: list[int] = []  # the child's pid
+        self.pidfds: list[int] = []
+        self.closed: dict[str, None] = {}
+        self.reaped: list[tuple[int, int, resource.struct_rusage | None]] = []
+        #: Where the platform allows, the child is forked into a PID namespace of its own.
+        self.namespace: _contain.Namespace | None = None
+        self.parent_pid = os.getpid()
+        self.start_time = 0.0
         self.result = bytearray()
         self.output = bytearray()
         self.output_dropped = 0
         self.stack = bytearray()
-        self.fds = {result_r: self.result, output_r: self.output, stack_r: self.stack}
-        self.result_r = result_r
-        self.output_r = output_r
-        for fd in self.fds:
-            os.set_blocking(fd, False)
-        self.pidfd = os.pidfd_open(pid)
+
+    # --- the two short masked sections ----------------------------------------------------
+    #
+    # A KeyboardInterrupt is raised only at a function's entry, a loop's back edge or the end
+    # of a call: so a ``pthread_sigmask`` call written inline has taken effect before any
+    # interrupt can strike after it, and the releasing code below it in a ``finally`` then runs
+    # with SIGINT blocked (in a caller whose other threads block it too, or have none).
+
+    def _unblock(self) -> None:
+        if self.mask:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask[0])
+
+    def start(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        memory_mb: float | None,
+    ) -> None:
+        try:
+            if hasattr(signal, "pthread_sigmask"):
+                _keep(self.mask, signal.pthread_sigmask, signal.SIG_BLOCK, _MASKED)
+            for _ in range(3):
+                _keep(self.pipes, os.pipe2, os.O_CLOEXEC)
+            self.namespace = _contain.start()
+            self.start_time = time.perf_counter()
+            try:
+                _keep(self.forked, os.fork)
+            finally:
+                if self.namespace is not None and self.forked[:1] != [0]:
+                    self.namespace.restore()
+            if self.forked[0] == 0:  # pragma: no cover - the child; reports through the pipes
+                if self.namespace is not None:
+                    self.namespace.stay()
+                self._unblock()
+                (result_r, result_w), (output_r, output_w), (stack_r, stack_w) = self.pipes
+                os.close(result_r)
+                os.close(output_r)
+                os.close(stack_r)
+                run_child(fn, args, kwargs, memory_mb, self.parent_pid, result_w, output_w, stack_w)
+            for i, (_, write) in enumerate(self.pipes):
+                _close_once(self.closed, f"w{i}", write)
+            for read, _ in self.pipes:
+                os.set_blocking(read, False)
+            # ENOSYS before Linux 5.3, ESRCH once auto-reaped: then watched by polling.
+            with contextlib.suppress(AttributeError, OSError):
+                _keep(self.pidfds, os.pidfd_open, self.forked[0])
+        except BaseException:
+            if os.getpid() != self.parent_pid:  # pragma: no cover - interrupted in the child
+                os._exit(70)
+            raise
+        self._unblock()
+
+    def finish(self) -> None:
+        """Kill what still runs, reap it (bounded), close every descriptor. Idempotent."""
+        try:
+            if self.mask:
+                signal.pthread_sigmask(signal.SIG_BLOCK, _MASKED)
+        finally:
+            try:
+                self._release()
+            finally:
+                self._unblock()
+
+    def _release(self) -> None:
+        if self.forked and self.forked[0] > 0 and not self.reaped:
+            # Interrupted, or an error in the caller: leave nothing running.
+            self.reaped.append(_proctree.kill_and_reap(self.forked[0], self._pidfd()))
+        if self.namespace is not None:  # after the child's reaping: the init's exit awaits it
+            self.namespace.close()
+        for i, (read, write) in enumerate(self.pipes):
+            _close_once(self.closed, f"r{i}", read)
+            _close_once(self.closed, f"w{i}", write)
+        for pidfd in self.pidfds:
+            _close_once(self.closed, "pidfd", pidfd)
+
+    # --- the wait -------------------------------------------------------------------------
+
+    def _pidfd(self) -> int | None:
+        return self.pidfds[0] if self.pidfds else None
 
     def wait(self) -> Outcome:
-        dumped = timed_out = reaped = False
+        pid = self.forked[0]
+        dumped = timed_out = False
         leaked = 0
+        deadline = self.start_time + self.budget
+        exited = self._wait_until(deadline - DUMP_LEAD_S)
+        if not exited and not frame_complete(self.result):
+            dumped = self._signal(DUMP_SIGNAL)
+            exited = self._wait_until(deadline)
+        wall = time.perf_counter() - self.start_time
+        timed_out = not exited and not frame_complete(self.result)
         try:
-            exited = self._wait_until(self.start + self.budget - DUMP_LEAD_S)
-            if not exited and not frame_complete(self.result):
-                dumped = self._signal(DUMP_SIGNAL)
-                exited = self._wait_until(self.start + self.budget)
-            wall = time.perf_counter() - self.start
-            if exited:
-                wait_status, usage = _proctree.reap(self.pid)
-            else:
-                timed_out = not frame_complete(self.result)
-                leaked, wait_status, usage = _proctree.kill_and_reap(self.pid, self.pidfd)
-            reaped = True
-            self._drain()
+            if self.mask:
+                signal.pthread_sigmask(signal.SIG_BLOCK, _MASKED)
         finally:
-            if not reaped:  # interrupted (KeyboardInterrupt in the caller): leave nothing
-                _proctree.kill_and_reap(self.pid, self.pidfd)
-            for fd in (*self.fds, self.pidfd):
-                os.close(fd)
+            try:
+                if exited:
+                    reaped = (0, *_proctree.reap_within(pid, self._pidfd(), _proctree.REAP_WAIT_S))
+                else:
+                    reaped = _proctree.kill_and_reap(pid, self._pidfd())
+                self.reaped.append(reaped)
+            finally:
+                self._unblock()
+        leaked, wait_status, usage = self.reaped[0]
+        if self.namespace is not None:  # what escaped the child's subtree, its orphans
+            leaked += self.namespace.close()
+        self._drain()
         return self._outcome(wall, timed_out, dumped, wait_status, usage, leaked)
+
+    def _exited(self) -> bool:
+        """Without a pidfd: whether the child has ended (or was reaped by someone else)."""
+        try:
+            found = os.waitid(os.P_PID, self.forked[0], os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # the caller ignores SIGCHLD: the kernel reaped it
+            return True
+        return found is not None
 
     def _wait_until(self, deadline: float) -> bool:
         """Drain the pipes until the child exits (True) or the deadline passes (False)."""
         poller = select.poll()
-        for fd in self.fds:
-            poller.register(fd, select.POLLIN)
-        poller.register(self.pidfd, select.POLLIN)
+        for read, _ in self.pipes:
+            poller.register(read, select.POLLIN)
+        pidfd = self._pidfd()
+        if pidfd is not None:
+            poller.register(pidfd, select.POLLIN)
         while True:
+            if pidfd is None and self._exited():
+                return True
             left = deadline - time.perf_counter()
             if left <= 0:
                 return False
-            for fd, _ in poller.poll(math.ceil(left * 1000)):
-                if fd == self.pidfd:
+            timeout = min(math.ceil(left * 1000), _POLL_MAX_MS)
+            if pidfd is None:
+                timeout = min(timeout, _NO_PIDFD_TICK_MS)
+            for fd, _ in poller.poll(timeout):
+                if fd == pidfd:
                     return True
-                if not self._read(fd):
+                if not self._read(fd, _READS_PER_WAKEUP):
                     poller.unregister(fd)
 
-    def _read(self, fd: int) -> bool:
-        """Read what is there; False at EOF."""
-        while True:
+    def _buffer(self, fd: int) -> bytearray:
+        result, output, _ = (read for read, _ in self.pipes)
+        return self.result if fd == result else self.output if fd == output else self.stack
+
+    def _read(self, fd: int, reads: int) -> bool:
+        """Read what is there, at most ``reads`` chunks; False at EOF."""
+        buffer = self._buffer(fd)
+        output_r = self.pipes[1][0]
+        for _ in range(reads):
             try:
                 chunk = os.read(fd, CHUNK)
             except BlockingIOError:
                 return True
             if not chunk:
                 return False
-            buffer = self.fds[fd]
-            if fd == self.result_r:
+            if buffer is self.result:
                 buffer += chunk
                 continue
-            room = (OUTPUT_LIMIT if fd == self.output_r else STACK_LIMIT) - len(buffer)
+            room = (OUTPUT_LIMIT if fd == output_r else STACK_LIMIT) - len(buffer)
             buffer += chunk[: max(room, 0)]
-            if fd == self.output_r:
+            if fd == output_r:
                 self.output_dropped += max(len(chunk) - max(room, 0), 0)
+        return True
 
     def _drain(self) -> None:
         # Other children forked meanwhile (by other threads) may hold our write ends, so EOF
-        # cannot be awaited; the exited child's data is all in the pipes already.
-        for fd in self.fds:
-            self._read(fd)
+        # cannot be awaited; the exited child's data is all in the pipes already. Bounded: a
+        # result being written is read whole, output and stack at most a pipe's worth more.
+        self._read(self.pipes[0][0], 1 << 16)
+        for read, _ in self.pipes[1:]:
+            self._read(read, _READS_PER_WAKEUP)
 
     def _signal(self, signum: int) -> bool:
+        pidfd = self._pidfd()
         try:
-            signal.pidfd_send_signal(self.pidfd, signum)
+            if pidfd is None:
+                if self._exited():
+                    return False
+                os.kill(self.forked[0], signum)
+            else:
+                signal.pidfd_send_signal(pidfd, signum)
         except ProcessLookupError:
             return False
         return True
@@ -170,7 +357,7 @@ class _Parent:
             self.budget,
         )
         if not timed_out and frame_complete(self.result):
-            return frame_outcome(self.result, leaked, common)
+            return frame_outcome(self.result, leaked, common, objects=self.objects)
         status, signum, exit_code = died(wait_status, killed=timed_out, dumped=dumped)
         stack = None
         if status is Status.TIMEOUT:

@@ -28,24 +28,25 @@ from typing import Any
 from . import _proctree
 from ._spec import SpecError, is_file_target, split_spec
 from ._wire import (
+    FENCE,
     MESSAGE_LIMIT,
     MSG_ERROR,
     MSG_FORK,
     MSG_KILL,
-    MSG_QUIT,
     REPLY_LIMIT,
     SOCKET_FD,
     WID,
     config_message,
 )
-from ._worker import serve
 from ._zygote import main as zygote_main
+from ._zygote import serve_forked
 
 #: A caller this large pays ~55 ms per GiB for every worker it forks itself.
 LARGE_CALLER_BYTES = 1 << 30
 #: How long a zygote may take to import the scorer, and workers to start.
 START_TIMEOUT_S = 120.0
-_CLOSE_TIMEOUT_S = 10.0
+#: How long a killed zygote may take to finish exiting before it is left to be reaped later.
+_REAP_S = 1.0
 _PIPE_SIZE = 1 << 20
 _SIGNALS_TO_RESET = (
     signal.SIGCHLD,
@@ -149,59 +150,49 @@ def worker_pipes() -> tuple[dict[str, int], dict[str, int]]:
     for role in ("output", "task"):  # room for an item's output, and for whole batches
         with contextlib.suppress(OSError):
             fcntl.fcntl(pairs[role][1], fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+    try:
+        fence = os.memfd_create("rewardhang-fence", os.MFD_CLOEXEC)
+        os.ftruncate(fence, FENCE.size)
+    except BaseException:
+        for pair in pairs.values():
+            os.close(pair[0])
+            os.close(pair[1])
+        raise
     theirs = {
         "task_r": pairs["task"][0],
         "result_w": pairs["result"][1],
         "output_w": pairs["output"][1],
         "output_r": pairs["output"][0],
         "stack_w": pairs["stack"][1],
+        "fence": fence,
     }
     ours = {
         "task_w": pairs["task"][1],
         "result_r": pairs["result"][0],
         "output_r": pairs["output"][0],
         "stack_r": pairs["stack"][0],
+        "fence": fence,
     }
     return theirs, ours
-
-
-# --- forked by the caller --------------------------------------------------------------------
-
-
-def fork_here(
-    fn: Callable[..., Any], theirs: dict[str, int], memory_mb: float | None, inherited: list[int]
-) -> tuple[int, int]:
-    """Fork a worker from the caller: for callables a fresh interpreter cannot import.
-
-    ``inherited`` are the caller's descriptors the worker closes first (the other workers'
-    pipes, the caller's ends of its own). Returns the worker's pid and pidfd.
-    """
-    parent = os.getpid()
-    # A death signal follows the forking *thread*; only the main thread lives as long.
-    main_thread = threading.current_thread() is threading.main_thread()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the worker
-        try:
-            for fd in inherited:
-                os.close(fd)
-            os.setsid()
-            subreaper = _proctree.become_subreaper(parent if main_thread else None)
-            serve(fn, theirs, memory_mb, subreaper)
-        finally:
-            os._exit(70)
-    return pid, os.pidfd_open(pid)
 
 
 # --- forked by a zygote ----------------------------------------------------------------------
 
 
 class Zygote:
-    """The caller's end of a zygote: its process, and the socket to ask it for workers."""
+    """The caller's end of a zygote: its process, and the socket to ask it for workers.
 
-    def __init__(self, sock: socket.socket, pid: int) -> None:
+    Started with ``posix_spawn`` (:meth:`start`) for a scorer a fresh interpreter imports, or
+    forked from the caller (:meth:`fork`, ``forked``) for any other callable: either way the
+    workers are its children, never the caller's, so what a worker's item does to its parent
+    (stop it, kill it) lands on the zygote, which the caller can always replace.
+    """
+
+    def __init__(self, sock: socket.socket, pid: int, *, forked: bool = False) -> None:
         self.sock = sock
         self.pid = pid
         self.pidfd = -1
+        self.forked = forked
 
     @classmethod
     def start(cls, target: tuple[Any, ...], memory_mb: float | None) -> Zygote:
@@ -219,6 +210,7 @@ class Zygote:
         argv = [sys.executable, "-c", code]
         try:
             try:
+                held = _hold_signals()
                 pid = os.posix_spawn(
                     sys.executable,
                     argv,
@@ -234,23 +226,65 @@ class Zygote:
             finally:
                 theirs.close()
         except BaseException:
+            _release_signals(held)
             ours.close()
             raise
         zygote = cls(ours, pid)
         try:
-            zygote.pidfd = os.pidfd_open(pid)
-            ours.sendall(config_message(list(sys.path), target, memory_mb))
-            reply = zygote._await_reply()
-            if reply[:1] == MSG_ERROR:
-                raise SpecError(reply[1:].decode("utf-8", "replace"))
-            os.set_blocking(ours.fileno(), False)
+            try:
+                zygote.pidfd = os.pidfd_open(pid)
+            finally:
+                _release_signals(held)
+            ours.settimeout(START_TIMEOUT_S)
+            for message in config_message(list(sys.path), target, memory_mb):
+                ours.send(message)
+            zygote._ready()
         except BaseException:
             zygote.stop()
             zygote.close()
             raise
         return zygote
 
-    def _await_reply(self) -> bytes:
+    @classmethod
+    def fork(cls, fn: Callable[..., Any], memory_mb: float | None, inherited: list[int]) -> Zygote:
+        """Fork a zygote from the caller, for a callable a fresh interpreter cannot import.
+
+        ``inherited`` are the caller's descriptors the zygote closes first (the pool's own).
+        """
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        parent = os.getpid()
+        held = _hold_signals()
+        try:
+            pid = os.fork()
+        except BaseException:
+            _release_signals(held)
+            ours.close()
+            theirs.close()
+            raise
+        if pid == 0:  # pragma: no cover - the zygote
+            try:
+                for fd in [*inherited, ours.fileno()]:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                serve_forked(theirs, fn, memory_mb, parent)
+            finally:
+                os._exit(70)
+        zygote = cls(ours, pid, forked=True)
+        try:
+            try:
+                theirs.close()
+                zygote.pidfd = os.pidfd_open(pid)
+            finally:
+                _release_signals(held)
+            zygote._ready()
+        except BaseException:
+            zygote.stop()
+            zygote.close()
+            raise
+        return zygote
+
+    def _ready(self) -> None:
+        """Wait for the zygote's first answer: ready, or the error that stops the pool."""
         poller = select.poll()
         poller.register(self.sock.fileno(), select.POLLIN)
         if not poller.poll(START_TIMEOUT_S * 1000):
@@ -258,15 +292,25 @@ class Zygote:
         reply = self.sock.recv(REPLY_LIMIT)
         if not reply:
             raise PoolError("the pool's zygote exited while importing the scorer")
-        return reply
+        if reply[:1] == MSG_ERROR:
+            raise SpecError(reply[1:].decode("utf-8", "replace"))
+        self.sock.setblocking(False)
 
-    def fork(self, wid: int, fds: list[int]) -> None:
-        """Ask for worker ``wid`` on these pipes (by PIPE_ROLES); it answers when it has one."""
-        socket.send_fds(self.sock, [MSG_FORK + WID.pack(wid)], fds)
+    def fork_worker(self, wid: int, fds: list[int]) -> bool:
+        """Ask for worker ``wid`` on these pipes (by PIPE_ROLES); it answers when it has one.
+
+        False when the request could not even be sent (the zygote is not reading).
+        """
+        try:
+            socket.send_fds(self.sock, [MSG_FORK + WID.pack(wid)], fds)
+        except OSError:
+            return False
+        return True
 
     def kill(self, wid: int) -> None:
-        """Ask for worker ``wid``'s tree to be killed; it answers when it has reaped it."""
-        self.sock.send(MSG_KILL + WID.pack(wid))
+        """Ask for worker ``wid``'s tree to be killed; it says so at once, and when reaped."""
+        with contextlib.suppress(OSError):  # not reading: it is replaced when it does not answer
+            self.sock.send(MSG_KILL + WID.pack(wid))
 
     def receive(self) -> tuple[bytes, list[int]] | None:
         """The zygote's next message and the fds it carries; None when none is waiting."""
@@ -281,20 +325,13 @@ class Zygote:
         return message, fds
 
     def stop(self) -> None:
-        """Tell the zygote to go (it kills its workers first), kill it if it does not, reap it."""
-        with contextlib.suppress(OSError):
-            self.sock.send(MSG_QUIT)
-        if self.pidfd < 0:  # spawned, but pidfd_open failed
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-        else:
-            poller = select.poll()
-            poller.register(self.pidfd, select.POLLIN)
-            if not poller.poll(_CLOSE_TIMEOUT_S * 1000):
-                # It killed every worker it could first; the rest die with it (PDEATHSIG).
-                with contextlib.suppress(ProcessLookupError):
-                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-        _proctree.reap(self.pid)
+        """Kill the zygote and everything below it, and reap it; bounded, whatever they do.
+
+        The caller does it itself rather than ask: a zygote that an item stopped would never
+        answer. The workers are the zygote's children and subreapers, so every process below
+        it is found through ``/proc`` while it is held stopped.
+        """
+        _proctree.kill_and_reap(self.pid, self.pidfd if self.pidfd >= 0 else None, _REAP_S)
 
     def close(self) -> None:
         """Close the caller's descriptors; the process is :meth:`stop`'s."""
@@ -302,3 +339,19 @@ class Zygote:
         if self.pidfd >= 0:
             os.close(self.pidfd)
             self.pidfd = -1
+
+
+#: Held back while a zygote is started and until the caller holds its pidfd: an interrupt
+#: there would lose the pid, and leave a zombie.
+_HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM}
+
+
+def _hold_signals() -> set[int | signal.Signals] | None:
+    if threading.current_thread() is not threading.main_thread():
+        return None  # Python runs handlers in the main thread only
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+
+
+def _release_signals(held: set[int | signal.Signals] | None) -> None:
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)

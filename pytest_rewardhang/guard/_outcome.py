@@ -30,6 +30,21 @@ class Mechanism(enum.StrEnum):
     UNBOUNDED = "unbounded"
 
 
+class Containment(enum.StrEnum):
+    """What kept the call's descendants from outliving it.
+
+    PID_NAMESPACE: they ran in a PID namespace of their own, whose init the guard kills: the
+    kernel then kills every process in it, whatever each did to escape. SUBREAPER: the guarded
+    process adopted its orphans and killed what it found, which a call can defeat by turning
+    the subreaper off (``prctl``) and double-forking. NONE: no process was forked (the
+    in-process fallbacks), or nothing kept track.
+    """
+
+    PID_NAMESPACE = "pid-namespace"
+    SUBREAPER = "subreaper"
+    NONE = "none"
+
+
 #: Frames in these are where a call was, not the line to fix: the standard library, installed
 #: packages and this package's own machinery.
 _LIBRARY_DIRS = tuple(
@@ -90,6 +105,8 @@ class Outcome:
     leaked: int = 0
     budget: float | None = None
     mechanism: Mechanism = Mechanism.FORK
+    #: What kept the call's descendants from outliving it.
+    containment: Containment = Containment.NONE
 
     @property
     def ok(self) -> bool:

@@ -15,7 +15,6 @@ import contextlib
 import math
 import os
 import pickle
-import resource
 import select
 import signal
 import sys
@@ -28,16 +27,16 @@ from types import TracebackType
 from typing import Any
 
 from . import _proctree
+from ._contain import containment
 from ._launch import (
     START_TIMEOUT_S,
     PoolError,
     Zygote,
-    fork_here,
     import_target,
     warn_if_large,
     worker_pipes,
 )
-from ._outcome import Outcome, Status
+from ._outcome import Mechanism, Outcome, Status
 from ._run import _check_limits
 from ._spec import SpecError, load_callable
 from ._wire import (
@@ -45,13 +44,18 @@ from ._wire import (
     DUMP_LEAD_S,
     DUMP_SIGNAL,
     EXITED,
+    FENCE,
     MSG_FORKED,
+    MSG_KILLED,
     MSG_REAPED,
     OUTPUT_LIMIT,
     PIPE_ROLES,
+    RETIRED,
     SPAWNED,
     STACK_LIMIT,
+    WID,
     common_fields,
+    decode,
     died,
     outcome_from_frame,
     output_text,
@@ -68,12 +72,28 @@ _BATCH_S = 0.002
 _GATHER_S = 0.001
 _FOREVER_S = 1e9
 _MAX_BATCH = 256
+#: poll()'s longest timeout, in ms (a C int); any budget works.
+_MAX_POLL_MS = 1 << 30
+#: How long the zygote may take to say it killed a worker (it does so before reaping), and to
+#: fork one: past these the caller takes it for stopped or stuck, kills it and everything below
+#: it itself, and starts another.
+_ACK_S = 0.05
+_FORK_S = 10.0
+#: How long a killed worker may take to be reported reaped before its item is accounted for
+#: anyway (a process in uninterruptible sleep may take indefinitely).
+_REAPED_S = 2.0
+#: Zygotes replaced in a row, with no item answered in between, before the pool gives up.
+_MAX_REPLACED = 3
 
 _OK = Status.OK
+_FORK = Mechanism.FORK
+#: Signals held back while close() runs.
+_DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM}
 
 
 class _Worker:
     __slots__ = (
+        "acked",
         "batches",
         "cpu_base",
         "dumped",
@@ -82,10 +102,12 @@ class _Worker:
         "kill_for",
         "kill_time",
         "last_end",
+        "lost",
         "pid",
         "pidfd",
         "queued",
         "ready",
+        "requested",
         "retries",
         "sent",
         "unsent",
@@ -115,6 +137,12 @@ class _Worker:
         self.dumped: int | None = None
         self.kill_for: int | None = None
         self.kill_time = 0.0
+        #: The zygote said it killed this worker (it has not necessarily reaped it yet).
+        self.acked = False
+        #: When the zygote was asked for this worker.
+        self.requested = time.monotonic()
+        #: Why this worker's current item ended, when not by its own doing or a timeout.
+        self.lost: str | None = None
 
     def current(self) -> tuple[int, float] | None:
         """The item running now and the time it started, if one is."""
@@ -129,6 +157,8 @@ class _Engine:
     def __init__(self, workers: int, budget: float, memory_mb: float | None) -> None:
         self.budget = budget
         self.memory_mb = memory_mb
+        #: Unpickle results that are not plain data: see _wire.decode.
+        self.objects = False
         self.size = workers
         self.closed = False
         #: A child forked by the caller inherits this object; only the owner drives the pool.
@@ -142,6 +172,10 @@ class _Engine:
         self.mean_item_s: float | None = None
         self.zygote: Zygote | None = None
         self.fn: Callable[..., Any] | None = None
+        self.target: tuple[Any, ...] | None = None
+        self.replaced = 0
+        #: Items handed out again because the worker left before starting them.
+        self.requeued: dict[int, int] = {}
         # Per map() call:
         self.results: list[Outcome | None] = []
         self.items: list[tuple[Any, ...] | dict[str, Any]] = []
@@ -156,52 +190,52 @@ class _Engine:
         target = import_target(fn)
         if target is not None and sys.executable:
             try:
-                self.zygote = Zygote.start(target, self.memory_mb)
+                self._start_zygote(target)
             except SpecError:
                 if isinstance(fn, str):
                     raise
                 # It imports here but not in a fresh interpreter (sys.path set up by a
                 # framework, say): serve the object we were given after all.
                 target = None
-            else:
-                self._register(self.zygote.sock.fileno(), "zygote", None, select.POLLIN)
-                self._register(self.zygote.pidfd, "zygote", None, select.POLLIN)
         if target is None:
             self.fn = load_callable(fn) if isinstance(fn, str) else fn
             warn_if_large()
+            self._start_zygote(None)
+        self.target = target
         for _ in range(self.size):
             self._spawn()
         self._wait_ready()
 
+    def _start_zygote(self, target: tuple[Any, ...] | None) -> None:
+        if target is not None:
+            self.zygote = Zygote.start(target, self.memory_mb)
+        else:
+            assert self.fn is not None
+            inherited = [fd for w in self.workers.values() for fd in w.fds.values()]
+            self.zygote = Zygote.fork(self.fn, self.memory_mb, inherited)
+        self._register(self.zygote.sock.fileno(), "zygote", None, select.POLLIN)
+        self._register(self.zygote.pidfd, "zygote", None, select.POLLIN)
+
     # --- processes ---------------------------------------------------------------------------
 
     def _spawn(self) -> None:
+        assert self.zygote is not None
         wid = self.next_wid
         self.next_wid += 1
         theirs, ours = worker_pipes()
-        worker = _Worker(wid, ours)
+        # Ours are the worker's from here, so close() closes them whatever interrupts us.
+        self.workers[wid] = worker = _Worker(wid, ours)
         try:
-            if self.zygote is not None:
-                self.zygote.fork(wid, [theirs[role] for role in PIPE_ROLES])
-            else:
-                assert self.fn is not None
-                inherited = [fd for w in self.workers.values() for fd in w.fds.values()]
-                inherited += [fd for fd in ours.values() if fd != theirs["output_r"]]
-                worker.pid, worker.pidfd = fork_here(self.fn, theirs, self.memory_mb, inherited)
-                worker.ready = True
-        except BaseException:
-            for fd in {*theirs.values(), *ours.values()}:
-                os.close(fd)
-            raise
-        for role, fd in theirs.items():
-            if role != "output_r":
-                os.close(fd)
-        for fd in ours.values():
-            os.set_blocking(fd, False)
-        self.workers[wid] = worker
-        self._register(ours["result_r"], "result", worker, select.POLLIN)
-        if worker.pidfd >= 0:
-            self._register(worker.pidfd, "pidfd", worker, select.POLLIN)
+            for role, fd in ours.items():
+                if role != "fence":
+                    os.set_blocking(fd, False)
+            self._register(ours["result_r"], "result", worker, select.POLLIN)
+            # Not sent (the zygote is not reading): the fork's deadline replaces the zygote.
+            self.zygote.fork_worker(wid, [theirs[role] for role in PIPE_ROLES])
+        finally:
+            for role, fd in theirs.items():
+                if role not in ("output_r", "fence"):
+                    os.close(fd)
 
     def _register(self, fd: int, kind: str, worker: _Worker | None, events: int) -> None:
         self.by_fd[fd] = (kind, worker)
@@ -217,7 +251,8 @@ class _Engine:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise PoolError(f"workers did not start within {START_TIMEOUT_S:g} s")
-            self._handle(self.poller.poll(math.ceil(left * 1000)))
+            self._handle(self.poller.poll(min(math.ceil(left * 1000), _MAX_POLL_MS)))
+            self._check_zygote(time.monotonic())
             self._respawn()
 
     def _respawn(self) -> None:
@@ -239,20 +274,27 @@ class _Engine:
         self.queue = deque(range(len(self.items)))
         self.retry = deque()
         self.remaining = len(self.queue)
+        self.requeued = {}
         try:
             while self.remaining:
                 self._respawn()
                 gather = self._dispatch()
+                if not self.remaining:
+                    break  # the last items could not be pickled: nothing left to wait for
                 if gather > 0:
                     # Every worker has work queued past the current item: let results gather
                     # instead of waking for each one. Bounded by the next deadline, so no
                     # deadline is passed late.
                     timeout = self._poll_timeout()
                     time.sleep(min(gather, _FOREVER_S if timeout is None else timeout / 1000))
-                self._handle(self.poller.poll(self._poll_timeout()))
+                timeout = self._poll_timeout()
+                if timeout is None and not any(w.sent for w in self.workers.values()):
+                    timeout = 0  # what was handed out could not be pickled: hand out more
+                self._handle(self.poller.poll(timeout))
                 self._check_deadlines()
         except BaseException:
-            # KeyboardInterrupt, or the pool itself failed: leave nothing running.
+            # KeyboardInterrupt, or the pool itself failed: leave nothing running. The pool is
+            # closed: map() raises what interrupted it, and a later map() says the pool is closed.
             self.close()
             raise
         results, self.results, self.items = self.results, [], []
@@ -352,8 +394,15 @@ class _Engine:
     def _poll_timeout(self) -> int | None:
         earliest = math.inf
         for worker in self.workers.values():
+            if not worker.ready:
+                earliest = min(earliest, worker.requested + _FORK_S)
+                continue
+            if worker.kill_for is not None:
+                limit = _REAPED_S if worker.acked else _ACK_S
+                earliest = min(earliest, worker.kill_time + limit)
+                continue
             current = worker.current()
-            if current is None or worker.kill_for is not None:
+            if current is None:
                 continue
             index, start = current
             due = start + self.budget
@@ -362,10 +411,12 @@ class _Engine:
             earliest = min(earliest, due)
         if earliest == math.inf:
             return None
-        return max(0, math.ceil((earliest - time.monotonic()) * 1000))
+        return min(_MAX_POLL_MS, max(0, math.ceil((earliest - time.monotonic()) * 1000)))
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
+        if self._check_zygote(now):
+            return
         for worker in list(self.workers.values()):
             current = worker.current()
             if current is None or worker.kill_for is not None:
@@ -373,8 +424,12 @@ class _Engine:
             index, start = current
             if now < start + self.budget - DUMP_LEAD_S:
                 continue
+            if now >= start + self.budget:
+                # Before looking for its answer: see FENCE. From here the worker either
+                # answered already (and we see it) or starts nothing after this item.
+                os.pwrite(worker.fds["fence"], FENCE.pack(index + 1), 0)
             self._read_results(worker)  # it may have answered since the poll returned
-            if worker.current() != current:
+            if worker.current() != current or worker.wid not in self.workers:
                 continue
             if worker.dumped != index:
                 worker.dumped = index
@@ -384,24 +439,61 @@ class _Engine:
                 self._kill(worker, index, now)
 
     def _kill(self, worker: _Worker, index: int, now: float) -> None:
+        assert self.zygote is not None
         worker.kill_for = index
         worker.kill_time = now
-        if self.zygote is not None:
-            self.zygote.kill(worker.wid)
-            # Ask for the replacement now: the zygote forks it while the dead one is torn down.
-            self.to_spawn += 1
-            return
-        self._reaped(worker, *_proctree.kill_and_reap(worker.pid, worker.pidfd))
+        self.zygote.kill(worker.wid)
+        # Ask for the replacement now: the zygote forks it while the dead one is torn down.
+        self.to_spawn += 1
 
-    def _reaped(
-        self, worker: _Worker, leaked: int, status: int, usage: resource.struct_rusage | None
-    ) -> None:
-        """Account for a worker forked here, now reaped, as for one the zygote reports."""
-        if usage is None:
-            self._on_death(worker, status, math.nan, 0.0, leaked)
-        else:
-            cpu = usage.ru_utime + usage.ru_stime
-            self._on_death(worker, status, cpu, usage.ru_maxrss, leaked)
+    def _check_zygote(self, now: float) -> bool:
+        """Replace a zygote that does not answer in time; True if it was replaced.
+
+        A worker killed and reported killed but not reaped in time is accounted for anyway.
+        """
+        for worker in list(self.workers.values()):
+            if not worker.ready:
+                late = now >= worker.requested + _FORK_S
+            elif worker.kill_for is None:
+                continue
+            elif worker.acked:
+                if now >= worker.kill_time + _REAPED_S:
+                    self._on_death(worker, -1, math.nan, 0.0, 0)
+                continue
+            else:
+                late = now >= worker.kill_time + _ACK_S
+            if late:
+                self._replace_zygote("stopped answering")
+                return True
+        return False
+
+    def _replace_zygote(self, why: str) -> None:
+        """Kill the zygote and everything below it, account for its workers' items, restart."""
+        old = self.zygote
+        if old is None:
+            return
+        self._unregister(old.sock.fileno())
+        self._unregister(old.pidfd)
+        try:
+            old.stop()
+        finally:
+            old.close()
+            self.zygote = None
+        text = (
+            f"the pool's zygote {why} (an item stopped or killed it, this one or one running "
+            "beside it), so the caller killed it and every worker; this item was not run again"
+        )
+        for worker in list(self.workers.values()):
+            if worker.kill_for is None:  # a worker killed at its deadline stays a timeout
+                worker.lost = text
+            self._on_death(worker, -1, math.nan, 0.0, 0)
+        self.replaced += 1
+        if self.replaced > _MAX_REPLACED:
+            raise PoolError(f"the pool's zygote {why}, {self.replaced} times in a row")
+        if self.closed:
+            return
+        self._start_zygote(self.target)
+        self.to_spawn = self.size
 
     # --- events ------------------------------------------------------------------------------
 
@@ -414,16 +506,19 @@ class _Engine:
             elif kind == "task":
                 assert worker is not None
                 self._write(worker)
-            elif kind == "pidfd":
-                assert worker is not None
-                if worker.wid in self.workers:
-                    self._reaped(worker, 0, *_proctree.reap(worker.pid))
-            elif kind == "zygote":
+            elif kind == "zygote" and self.zygote is not None:
                 self._zygote_messages()
 
     def _zygote_messages(self) -> None:
         assert self.zygote is not None
-        while (received := self.zygote.receive()) is not None:
+        while True:
+            try:
+                received = self.zygote.receive()
+            except PoolError:  # it died (an item killed it, say): its workers died with it
+                self._replace_zygote("died")
+                return
+            if received is None:
+                return
             message, fds = received
             if message[:1] == MSG_FORKED:
                 wid, pid = SPAWNED.unpack_from(message, 1)
@@ -433,6 +528,10 @@ class _Engine:
                         os.close(fd)
                     continue
                 worker.pid, worker.pidfd, worker.ready = pid, fds[0], True
+            elif message[:1] == MSG_KILLED:
+                (wid,) = WID.unpack_from(message, 1)
+                if wid in self.workers:
+                    self.workers[wid].acked = True
             elif message[:1] == MSG_REAPED:
                 wid, status, cpu, rss, leaked = EXITED.unpack_from(message, 1)
                 if wid in self.workers:
@@ -452,6 +551,8 @@ class _Engine:
                 break
         frames, consumed = result_frames(worker.inbuf)
         for fields, at in frames:
+            if worker.lost is not None:
+                break  # what it sent made no sense: nothing more from it is believed
             self._answered(worker, fields, worker.inbuf, at)
         if consumed:
             del worker.inbuf[:consumed]
@@ -460,9 +561,20 @@ class _Engine:
         self, worker: _Worker, fields: tuple[Any, ...], buffer: bytearray, at: int
     ) -> None:
         size, output_size, dropped, index, leaked, wall, cpu, cpu_total, end, rss = fields
-        entry = worker.sent.popleft()
-        assert entry[0] == index, "a worker answered out of order"
+        if not worker.sent or worker.sent[0][0] != index or worker.sent[0][1] is None:
+            # Not the item it is running: something in the call wrote on the result pipe.
+            # The worker goes; the item it was running is its own, a crash, never the batch.
+            worker.lost = (
+                f"the worker's result pipe carried an answer for item {index} while it ran "
+                "this one (the call wrote on the worker's pipe), so the worker was killed"
+            )
+            current = worker.current()
+            if current is not None and worker.kill_for is None:
+                self._kill(worker, current[0], time.monotonic())
+            return
+        worker.sent.popleft()
         worker.retries.discard(index)
+        self.replaced = 0
         worker.last_end = end
         worker.cpu_base = cpu_total
         if worker.dumped == index:  # the dump came just before it finished: drop it
@@ -472,14 +584,15 @@ class _Engine:
         self.mean_item_s = wall if self.mean_item_s is None else 0.8 * self.mean_item_s + 0.2 * wall
         payload = buffer[at + output_size : at + output_size + size]
         try:
-            status, value, error, exception = pickle.loads(payload)
+            status, value, error, exception = decode(payload, objects=self.objects)
         except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the worker
             status, value, error, exception = None, None, None, exc
         if status == "ok" and not output_size and not leaked:
             # The common case, built positionally: keyword plumbing costs more than the
             # scorer itself when it runs for 50 µs.
+            tail = (self.budget, _FORK, containment())
             outcome = Outcome(
-                _OK, value, None, None, wall, cpu, rss / 1024, None, None, None, "", 0, self.budget
+                _OK, value, None, None, wall, cpu, rss / 1024, None, None, None, "", 0, *tail
             )
         else:
             output = output_text(bytes(buffer[at : at + output_size]), dropped)
@@ -487,7 +600,9 @@ class _Engine:
             if status is None:
                 outcome = unpickle_failed(exception, leaked, common)
             else:
-                outcome = outcome_from_frame(status, value, error, exception, leaked, common)
+                outcome = outcome_from_frame(
+                    status, value, error, exception, leaked, common, objects=self.objects
+                )
         if self.results[index] is None:
             self.remaining -= 1
         self.results[index] = outcome
@@ -498,36 +613,46 @@ class _Engine:
         now = time.monotonic()
         current = worker.current()
         back = [entry[0] for entry in worker.sent]
+        # It left between items on its own (fenced, or its state could not be put back): the
+        # item after its last answer never started. Once per item, so an item that itself
+        # exits with that code is not handed out for ever.
+        retired = status >= 0 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == RETIRED
         if current is not None and self.remaining:
             index, start = current
             back.pop(0)
-            if worker.kill_for is None or worker.kill_for == index:
+            unstarted = worker.lost is None and (
+                (retired and not self.requeued.get(index))
+                or (worker.kill_for is not None and worker.kill_for != index)
+            )
+            if not unstarted:
                 killed = worker.kill_for == index
                 wall = (worker.kill_time if killed else now) - start
                 ended, signum, exit_code = died(
                     status, killed=killed, dumped=worker.dumped == index
                 )
+                if worker.lost is not None:
+                    ended = Status.CRASHED
                 stack = None
                 if ended is Status.TIMEOUT:
                     dump, _ = read_bounded(worker.fds["stack_r"], STACK_LIMIT)
                     stack = dump.decode("utf-8", "replace") or None
                 output = output_text(*read_bounded(worker.fds["output_r"], OUTPUT_LIMIT))
-                outcome: Outcome | None = Outcome(
+                self.results[index] = Outcome(
                     ended,
+                    error=worker.lost,
                     stack=stack,
                     signal=signum,
                     exit_code=exit_code,
                     leaked=leaked,
                     **common_fields(wall, cpu - worker.cpu_base, rss, output, self.budget),
                 )
-            else:
-                # Killed for an item that answered at the deadline; this one had just begun.
-                outcome = None
-                back.insert(0, index)
-            if outcome is not None:
-                self.results[index] = outcome
                 self.remaining -= 1
-        elif worker.kill_for is None:
+            else:
+                # Killed for an item that answered at the deadline, or retired after one: the
+                # fence kept this one from starting. It goes out again, for the first time.
+                self.requeued[index] = self.requeued.get(index, 0) + 1
+                back.insert(0, index)
+        elif worker.kill_for is None and not retired:
             self.fruitless_deaths += 1
         self.retry.extendleft(reversed(back))
         self._forget(worker)
@@ -553,17 +678,23 @@ class _Engine:
         self.closed = True
         if os.getpid() != self.owner:
             return  # the processes are the owner's to stop; our copies of the fds die with us
+        # A Ctrl-C (or any signal whose handler raises) waits until everything is stopped and
+        # closed: close() is bounded (the caller kills the zygote's tree itself, waits at most
+        # ~1 s for it to exit) and cannot be left half done.
+        blocked = threading.current_thread() is threading.main_thread()
+        if blocked:
+            old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
         try:
             if self.zygote is not None:
                 self.zygote.stop()
-            else:
-                for worker in list(self.workers.values()):
-                    if worker.pidfd >= 0:
-                        _proctree.kill_and_reap(worker.pid, worker.pidfd)
         finally:
-            for worker in list(self.workers.values()):
-                self._forget(worker)
-            self._forget_zygote()
+            try:
+                for worker in list(self.workers.values()):
+                    self._forget(worker)
+                self._forget_zygote()
+            finally:
+                if blocked:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
     def _forget_zygote(self) -> None:
         if self.zygote is not None:
@@ -583,6 +714,8 @@ class Pool:
     warning when the caller is large. ``budget`` and ``memory_mb`` mean what they mean for
     :func:`~pytest_rewardhang.guard.run`, per item; each item's deadline starts when a worker
     starts it. One :meth:`map` runs at a time; calls from several threads take turns.
+    A value or exception that is not plain data comes back only with ``objects=True``, as
+    for :func:`~pytest_rewardhang.guard.run`.
     """
 
     def __init__(
@@ -591,6 +724,7 @@ class Pool:
         workers: int = 2,
         budget: float = 2.0,
         memory_mb: float | None = None,
+        objects: bool = False,
     ) -> None:
         _check_limits(budget, memory_mb)
         if not isinstance(workers, int) or workers < 1:
@@ -599,6 +733,7 @@ class Pool:
         self.workers = workers
         self._lock = threading.Lock()
         engine = self._engine = _Engine(workers, float(budget), memory_mb)
+        engine.objects = objects
         try:
             engine.start(fn)
         except BaseException:

@@ -15,8 +15,10 @@ import contextlib
 import ctypes
 import os
 import resource
+import select
 import signal
 import sys
+import time
 from collections.abc import Collection, Iterator
 from functools import cache
 
@@ -39,6 +41,9 @@ def prepare() -> None:
     libc = _libc()
     if libc is not None:
         libc.prctl  # noqa: B018 - ctypes caches the symbol on first attribute access
+        libc.unshare  # noqa: B018
+        libc.setns  # noqa: B018
+    pid_namespaces()  # probed once, here: every guarded process forked from us inherits it
 
 
 def become_subreaper(parent_pid: int | None) -> bool:
@@ -52,9 +57,179 @@ def become_subreaper(parent_pid: int | None) -> bool:
         return False
     if parent_pid is not None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before the line above took effect
+        # 0: the parent is alive outside our PID namespace (a guard nested in a contained call);
+        # had it died, we would have been re-parented to a reaper we can see.
+        if os.getppid() not in (parent_pid, 0):  # the parent died before the prctl took effect
             os._exit(1)
     return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+
+
+_PR_GET_CHILD_SUBREAPER = 37
+
+
+def can_subreap() -> bool:
+    """Whether a process can become a child subreaper here (asked without becoming one)."""
+    libc = _libc()
+    if libc is None:
+        return False
+    flag = ctypes.c_int(0)
+    return bool(libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0)
+
+
+def die_with_parent() -> None:
+    """SIGKILL when the parent (thread) dies; nothing off Linux."""
+    libc = _libc()
+    if libc is not None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+# --- PID namespaces ---------------------------------------------------------------------------
+
+_CLONE_NEWPID = 0x20000000
+#: What :func:`pid_namespaces` found, once per process; forked children inherit the answer.
+_namespaces: list[bool] = []
+#: Opt-in for now: in a namespace the call's os.getpid() and os.getppid() are the namespace's
+#: (2 and 0 for run's child), which breaks code that names processes by them from outside.
+PID_NAMESPACE_ENV = "PYTEST_REWARDHANG_PID_NAMESPACE"
+
+
+def pid_namespaces() -> bool:
+    """Whether a thread here can start a PID namespace for its next children and come back.
+
+    Probed once per process in a throwaway child (``unshare`` changes the thread that calls
+    it), which does what :mod:`._contain` does: unshare, fork the namespace's init, return to
+    its own namespace, fork again. Needs CAP_SYS_ADMIN (root, not in a locked-down container),
+    and for now the opt-in ``PYTEST_REWARDHANG_PID_NAMESPACE=1`` in the environment.
+    """
+    if not _namespaces:
+        _namespaces.append(os.environ.get(PID_NAMESPACE_ENV) == "1" and _probe_namespaces())
+    return _namespaces[0]
+
+
+def _probe_namespaces() -> bool:
+    libc = _libc()
+    if libc is None or not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:  # pragma: no cover - the throwaway child
+        code = 1
+        try:
+            own = open_pid_namespace()
+            if new_pid_namespace() and _forks_init(True) and back_to_pid_namespace(own):
+                code = 0 if _forks_init(False) else 1
+        finally:
+            os._exit(code)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:  # the caller ignores SIGCHLD: the answer is lost
+        return False
+    return status == 0
+
+
+def _forks_init(expected: bool) -> bool:  # pragma: no cover - the probe's child
+    """Whether the next child is the init of a PID namespace, as ``expected``."""
+    child = os.fork()
+    if child == 0:
+        os._exit(0 if (os.getpid() == 1) == expected else 1)
+    return os.waitpid(child, 0)[1] == 0
+
+
+def open_pid_namespace() -> int:
+    """A descriptor of this process's PID namespace, to come back to."""
+    return os.open("/proc/thread-self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+
+
+def new_pid_namespace() -> bool:
+    """The calling thread's next child starts a new PID namespace, as its init; False if refused.
+
+    Until :func:`back_to_pid_namespace`, every child this thread forks joins that namespace, and
+    the thread can start no thread (the kernel refuses a thread in another namespace).
+    """
+    libc = _libc()
+    return libc is not None and libc.unshare(_CLONE_NEWPID) == 0
+
+
+def back_to_pid_namespace(fd: int) -> bool:
+    """The calling thread's children join our own PID namespace again; closes ``fd``."""
+    libc = _libc()
+    try:
+        return libc is not None and libc.setns(fd, _CLONE_NEWPID) == 0
+    finally:
+        os.close(fd)
+
+
+#: ``os.getpid()`` when filled, our pid as ``/proc`` names it, and how many PID namespaces below
+#: ``/proc``'s we are (0 but in a guard nested in a contained call).
+_self_ids = [0, 0, 0]
+
+
+def _forget_self() -> None:
+    _self_ids[0] = 0
+
+
+os.register_at_fork(after_in_child=_forget_self)
+
+
+def _where() -> tuple[int, int]:
+    """Our pid as ``/proc`` names it, and our depth below its PID namespace."""
+    local = os.getpid()
+    if _self_ids[0] != local:
+        proc, depth = local, 0
+        with contextlib.suppress(OSError, ValueError):
+            proc = int(os.readlink("/proc/self"))
+        if proc != local:
+            depth = max(len(_nspids(proc)) - 1, 0)
+        _self_ids[:] = [local, proc, depth]
+    return _self_ids[1], _self_ids[2]
+
+
+def own_pid() -> int:
+    """This process's pid as ``/proc`` names it (``os.getpid()`` is our namespace's name)."""
+    return _where()[0]
+
+
+def _nspids(pid: int) -> list[int]:
+    """``/proc/<pid>``'s pid in each PID namespace from ``/proc``'s down to its own."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+    except OSError:
+        return []
+    return _nspid_line(status)
+
+
+def _nspid_line(status: bytes) -> list[int]:
+    start = status.find(b"\nNSpid:")
+    if start < 0:
+        return []
+    end = status.find(b"\n", start + 1)
+    return [int(word) for word in status[start + 7 : end if end > 0 else None].split()]
+
+
+def _to_local(pid: int) -> int | None:
+    """The pid ``/proc`` calls ``pid`` as our namespace names it; None if it is outside it."""
+    depth = _where()[1]
+    if not depth:
+        return pid
+    ids = _nspids(pid)
+    return ids[depth] if len(ids) > depth else None
+
+
+def _to_proc(pid: int) -> int:
+    """Our own or our child's pid as ``/proc`` names it."""
+    own, depth = _where()
+    if not depth:
+        return pid
+    if pid == os.getpid():
+        return own
+    for child in _children(own):
+        ids = _nspids(child)
+        if len(ids) > depth and ids[depth] == pid:
+            return child
+    return pid
 
 
 def _children(pid: int) -> Iterator[int]:
@@ -82,28 +257,38 @@ def _alive(pid: int) -> bool:
     A nested guard's kill does not wait for its victims to finish exiting; they are not the
     outer call's leftovers.
     """
+    return _state(pid)[0]
+
+
+def _state(pid: int) -> tuple[bool, bool]:
+    """:func:`_alive`, and whether it is the init of a PID namespace below ours: a guard's
+    (ours, or a nested guard's), killed with the rest but not counted as left running."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
-        return False
+        return False, False
     # The state follows the parenthesised command name, which may itself hold parentheses.
     fields = stat[stat.rindex(b")") + 2 :].split()
     if fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING:
-        return False
+        return False, False
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             status = f.read()
     except OSError:
-        return False
+        return False, False
     for line in status.splitlines():
         if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & _SIGKILL_MASK:
-            return False
-    return True
+            return False, False
+    ids = _nspid_line(status)
+    return True, len(ids) > _where()[1] + 1 and ids[-1] == 1
 
 
-def kill_descendants(root: int) -> int:
-    """SIGKILL every living descendant of ``root``; returns how many there were.
+def kill_descendants(root: int, spare: Collection[int] = ()) -> int:
+    """SIGKILL every living descendant of ``root`` but ``spare``; returns how many there were.
+
+    Pids as our namespace names them. A spared process is walked through, not killed; the init
+    of a PID namespace below ours is killed but not counted (a guard's own).
 
     ``root`` must not fork meanwhile: it is stopped, or it is the caller itself. It does not
     wait for them to finish exiting: a process with SIGKILL pending never runs another
@@ -114,11 +299,18 @@ def kill_descendants(root: int) -> int:
     19, 0.03 s (0.06-0.14 s). Not SCHED_IDLE: no quicker, and a victim holding a lock of the
     address space it shares with ``root`` could wait long for CPU on a busy machine.
     """
-    signalled: set[int] = set()
+    signalled = {_to_proc(pid) for pid in spare}
+    counted = 0
     while True:
-        found = [pid for pid in _walk(root) if pid not in signalled and _alive(pid)]
+        found = []
+        for pid in _walk(_to_proc(root)):
+            if pid not in signalled:
+                alive, init = _state(pid)
+                if alive:
+                    found.append(pid)
+                    counted += not init
         if not found:
-            return len(signalled)
+            return counted
         for pid in found:
             signalled.add(pid)
             _kill(pid)
@@ -126,6 +318,16 @@ def kill_descendants(root: int) -> int:
 
 def _kill(pid: int) -> None:
     """Through a pidfd, so a pid recycled since the walk is never signalled."""
+    local = _to_local(pid)
+    if local is None:
+        return
+    if local != pid:  # in a PID namespace below /proc's: its pids are not ours
+        with contextlib.suppress(OSError):
+            pidfd = os.pidfd_open(local)
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            os.close(pidfd)
+        return
     try:
         pidfd = os.pidfd_open(pid)
     except ProcessLookupError:
@@ -169,30 +371,94 @@ def _walk(root: int) -> Iterator[int]:
             frontier.append(child)
 
 
-def kill_tree(pid: int, pidfd: int) -> int:
-    """Freeze the child ``pid``, kill its descendants and its group, then the child itself.
+#: How long a kill waits for its SIGSTOP to take effect before it kills anyway.
+STOP_WAIT_S = 0.02
+#: How long :func:`kill_and_reap` waits for the killed child to finish exiting; past it the
+#: child is left for :func:`reap_later`'s sweep (a process in uninterruptible sleep may never
+#: exit; a 3 GiB one takes the kernel tens of milliseconds to tear down).
+REAP_WAIT_S = 0.05
 
-    ``pid`` must be a child of the calling process (``waitid`` on its pidfd sees it stop).
-    Returns how many descendants there were; 0 if the child was already gone.
-    """
+
+def _send(pid: int, pidfd: int | None, signum: int) -> bool:
+    """Signal the child through its pidfd, or by pid when there is none; False if it is gone."""
     try:
-        signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
+        if pidfd is None:
+            os.kill(pid, signum)  # an unreaped child's pid cannot be recycled
+        else:
+            signal.pidfd_send_signal(pidfd, signum)
     except ProcessLookupError:
+        return False
+    return True
+
+
+def _waitid(pid: int, pidfd: int | None, options: int) -> bool:
+    """Whether ``waitid`` reports the child in a state ``options`` asks for, without waiting."""
+    try:
+        if pidfd is None:
+            found = os.waitid(os.P_PID, pid, options | os.WNOHANG | os.WNOWAIT)
+        else:
+            found = os.waitid(os.P_PIDFD, pidfd, options | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped already (SIGCHLD ignored), or not our child
+        return True
+    return found is not None
+
+
+def _await_stop(pid: int, pidfd: int | None, timeout: float) -> bool:
+    """Poll, for at most ``timeout`` seconds, until the child is stopped or dead."""
+    deadline = time.monotonic() + timeout
+    pause = 0.0002
+    while not _waitid(pid, pidfd, os.WSTOPPED | os.WEXITED):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.002)
+    return True
+
+
+def kill_tree(pid: int, pidfd: int | None) -> int:
+    """Stop the child ``pid``, kill its descendants and its group, then the child itself.
+
+    ``pid`` must be a child of the calling process; ``pidfd`` is its pidfd, or None where there
+    is none (then it is signalled by pid, which cannot be recycled before it is reaped).
+    Returns how many descendants there were; 0 if the child was already gone. Never waits for
+    more than :data:`STOP_WAIT_S`.
+
+    Why the SIGSTOP: the descendants are found by walking ``/proc`` from the child, and the
+    walk is complete only if the child cannot add a process to its subtree meanwhile, and
+    orphans of killed descendants re-parent to the child (a subreaper) rather than to init,
+    which they do only while it lives. So the child is frozen, not killed, during the walk.
+
+    But a stop may never take effect: a thread in a vfork wait (its vfork child blocked, say,
+    opening a FIFO) or in uninterruptible sleep does not join a group stop, so waiting for the
+    stop without a bound froze the caller. Hence a bounded wait, and then the walk anyway. It
+    stays race-free enough: with SIGSTOP pending no thread of the child can *start* a fork
+    (any thread returning to user space stops), a thread stuck in vfork or D state forks
+    nothing, and only a fork already inside the kernel can still complete. The walk kills the
+    subtree while the child is alive (orphans still come to it); then SIGKILL makes the kernel
+    abort any fork the child has not finished, and a second walk and ``killpg`` catch a
+    process that such an in-flight fork attached just before. What is left is a child created
+    by a fork that was inside the kernel at the kill, that ran ``setsid`` within microseconds,
+    before the second walk, while the child's exit had already handed it to init: a PID
+    namespace (where the platform allows one) closes that too.
+    """
+    if not _send(pid, pidfd, signal.SIGSTOP):
         return 0
-    # Until the stop takes effect the child could still finish a fork.
-    with contextlib.suppress(ChildProcessError):
-        os.waitid(os.P_PIDFD, pidfd, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+    stopped = _await_stop(pid, pidfd, STOP_WAIT_S)
     leaked = kill_descendants(pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    _send(pid, pidfd, signal.SIGKILL)
+    if not stopped:
+        leaked += kill_descendants(pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
     return leaked
 
 
 def reap(pid: int) -> tuple[int, resource.struct_rusage | None]:
     """Wait for the child ``pid`` to end: its wait status and resource usage.
 
+    For a child known to have exited (its pidfd readable); see :func:`reap_within` otherwise.
     ``(-1, None)`` when it cannot be reaped: the caller reaps children itself, or ignores SIGCHLD.
     """
     try:
@@ -202,29 +468,85 @@ def reap(pid: int) -> tuple[int, resource.struct_rusage | None]:
     return status, usage
 
 
-def kill_and_reap(pid: int, pidfd: int) -> tuple[int, int, resource.struct_rusage | None]:
-    """:func:`kill_tree`, then :func:`reap`: how many descendants it had, wait status, usage."""
+#: Killed children that had not finished exiting within :data:`REAP_WAIT_S`; reaped by the
+#: next :func:`sweep_unreaped` (every run() and kill makes one), or by init when we exit.
+_unreaped: set[int] = set()
+
+
+def reap_within(
+    pid: int, pidfd: int | None, timeout: float
+) -> tuple[int, resource.struct_rusage | None]:
+    """Reap the child ``pid`` if it ends within ``timeout`` seconds; else leave it for later.
+
+    ``(-1, None)`` when it could not be reaped in time (it is swept later) or at all.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            found, status, usage = os.wait4(pid, os.WNOHANG)
+        except ChildProcessError:
+            return -1, None
+        if found:
+            return status, usage
+        left = deadline - time.monotonic()
+        if left <= 0:
+            _unreaped.add(pid)
+            return -1, None
+        if pidfd is None:
+            time.sleep(min(left, 0.001))
+        else:
+            select.select([pidfd], [], [], left)
+
+
+def sweep_unreaped() -> None:
+    """Reap, without waiting, the killed children that were slow to exit."""
+    for pid in list(_unreaped):
+        try:
+            found, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            found = pid
+        if found:
+            _unreaped.discard(pid)
+
+
+def kill_and_reap(
+    pid: int, pidfd: int | None, timeout: float = REAP_WAIT_S
+) -> tuple[int, int, resource.struct_rusage | None]:
+    """:func:`kill_tree`, then :func:`reap_within`: descendants it had, wait status, usage.
+
+    Bounded: never waits longer than :data:`STOP_WAIT_S` plus ``timeout``.
+    """
+    sweep_unreaped()
     leaked = kill_tree(pid, pidfd)
-    return (leaked, *reap(pid))
+    return (leaked, *reap_within(pid, pidfd, timeout))
 
 
 def reap_children(spare: Collection[int] = ()) -> int:
     """Kill and reap every child of this process but ``spare``; how many were still alive.
 
     The orphans of each one re-parent to this process (a subreaper) before it is reaped, so
-    they are found in the next round; when no child is left, no descendant is.
+    they are found in the next round; when no child is left, no descendant is. A PID
+    namespace's init is reaped last: its exit waits until every process of its namespace is
+    reaped, and those whose parent is outside it are our children too.
     """
     killed = 0
     while True:
-        strays = [pid for pid in _children(os.getpid()) if pid not in spare]
+        strays = []
+        for child in _children(own_pid()):
+            pid = _to_local(child)
+            if pid is not None and pid not in spare:
+                alive, init = _state(child)
+                strays.append((init, pid, alive))
         if not strays:
             return killed
-        for pid in strays:
+        strays.sort()
+        for init, pid, alive in strays:
             # A zombie, or one killed already (by kill_descendants, say), is not counted again.
-            killed += _alive(pid)
+            killed += alive and not init
             # Once killed it cannot fork; its children come to us for the next round. By pid:
             # an unreaped child's pid cannot be recycled.
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        for _, pid, _ in strays:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)

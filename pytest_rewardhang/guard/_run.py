@@ -39,16 +39,28 @@ def run(
     *,
     budget: float = 2.0,
     memory_mb: float | None = None,
+    objects: bool = False,
 ) -> Outcome:
     """Call ``fn(*args, **kwargs)`` in a forked child that is SIGKILLed at ``budget`` seconds.
 
     ``memory_mb`` bounds what the call may allocate on top of what the process already maps.
-    Never raises for anything the call does; the :class:`Outcome` says what happened.
+    Never raises for anything the call does; the :class:`Outcome` says what happened, and
+    control comes back within about ``budget`` plus 0.1 s whatever the call does.
+
+    The value comes back only if it is plain data (None, bool, int, float, complex, str,
+    bytes, bytearray, list, tuple, dict, set, frozenset, nested; numpy scalars when numpy is
+    imported): rebuilding any other object would run code the call chose in the caller. Any
+    other value is an ERROR saying what came back, unless ``objects=True``, which unpickles it
+    as is and so trusts the call. Likewise ``Outcome.exception`` is the exception object only
+    when it is of a builtin class holding plain data (or ``objects=True``); the text is in
+    ``Outcome.error`` always.
     """
     _check_limits(budget, memory_mb)
     kwargs = {} if kwargs is None else kwargs
-    if hasattr(os, "fork") and hasattr(os, "pidfd_open"):
-        return run_forked(fn, tuple(args), kwargs, float(budget), memory_mb)
+    if hasattr(os, "fork"):
+        return run_forked(fn, tuple(args), kwargs, float(budget), memory_mb, objects)
+    if memory_mb is not None:
+        _warn_once("memory")
     if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
         _warn_once("alarm")
         return _run_with_alarm(fn, tuple(args), kwargs, float(budget))
@@ -69,13 +81,13 @@ class CallFailed(Exception):
 
 @overload
 def guarded(
-    budget: float = 2.0, *, memory_mb: float | None = None
+    budget: float = 2.0, *, memory_mb: float | None = None, objects: bool = False
 ) -> Callable[[Callable[P, R]], Callable[P, R | None]]: ...
 
 
 @overload
 def guarded(
-    budget: float = 2.0, default: D = ..., *, memory_mb: float | None = None
+    budget: float = 2.0, default: D = ..., *, memory_mb: float | None = None, objects: bool = False
 ) -> Callable[[Callable[P, R]], Callable[P, R | D]]: ...
 
 
@@ -84,18 +96,24 @@ def guarded(
     default: Any = None,
     *,
     memory_mb: float | None = None,
+    objects: bool = False,
 ) -> Callable[[Callable[P, R]], Callable[P, Any]]:
     """Decorate a scorer so every call runs under :func:`run`.
 
     On timeout, crash or memory the call returns ``default`` and logs one warning line naming
-    the cause; an exception raised by the scorer is raised again in the caller.
+    the cause; an exception raised by the scorer is raised again in the caller when it came
+    back as an object (see :func:`run`: a builtin exception class, or any with
+    ``objects=True``), else as :class:`CallFailed` holding its text. ``SystemExit``,
+    ``KeyboardInterrupt`` and ``GeneratorExit`` raised by the scorer are never raised again
+    as themselves: they would stop or unwind the caller; :class:`CallFailed` carries their
+    text instead. A value that is not plain data needs ``objects=True`` as for :func:`run`.
     """
     _check_limits(budget, memory_mb)  # now, not at the first call in the middle of training
 
     def decorate(fn: Callable[P, R]) -> Callable[P, Any]:
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            out = run(fn, args, kwargs, budget=budget, memory_mb=memory_mb)
+            out = run(fn, args, kwargs, budget=budget, memory_mb=memory_mb, objects=objects)
             if out.status is Status.OK:
                 return out.value
             if out.status is Status.ERROR:
@@ -109,8 +127,10 @@ def guarded(
 
 
 def _reraisable(out: Outcome) -> BaseException:
-    exc = out.exception if out.exception is not None else CallFailed(out.error)
-    if out.exception is not None and out.error:
+    exc: BaseException | None = out.exception
+    if exc is None or not isinstance(exc, Exception):  # never SystemExit, KeyboardInterrupt...
+        return CallFailed(out.error)
+    if out.error:
         exc.add_note("Traceback in the guarded child:\n" + out.error.split("\n\n", 1)[-1])
     return exc
 
@@ -124,6 +144,8 @@ def _warn_once(mechanism: str) -> None:
     _warned.add(mechanism)
     if mechanism == "alarm":
         text = "os.fork is unavailable: guarding with SIGALRM, which cannot stop a hang inside C"
+    elif mechanism == "memory":
+        text = "os.fork is unavailable: memory_mb is NOT enforced (the call runs in this process)"
     else:
         text = "os.fork and SIGALRM are unavailable here: guarded calls run WITHOUT a deadline"
     warnings.warn(text, RuntimeWarning, stacklevel=3)

@@ -9,6 +9,8 @@ result frame, or the wait status of a process that ended without one) into an :c
 from __future__ import annotations
 
 import array
+import builtins
+import io
 import os
 import pickle
 import signal
@@ -16,6 +18,7 @@ import struct
 import sys
 from typing import Any
 
+from ._contain import containment
 from ._outcome import Mechanism, Outcome, Status
 
 # --- bounds ----------------------------------------------------------------------------------
@@ -54,19 +57,33 @@ def frame_complete(buffer: bytearray) -> bool:
     return size >= HEADER.size and size >= HEADER.size + HEADER.unpack_from(buffer)[0]
 
 
-def frame_outcome(buffer: bytearray, leaked: int, common: dict[str, Any]) -> Outcome:
+def frame_outcome(
+    buffer: bytearray, leaked: int, common: dict[str, Any], *, objects: bool = False
+) -> Outcome:
     """The :class:`Outcome` of run's whole result frame; ``leaked`` adds the caller's count."""
     try:
-        status, value, error, exception, child_leaked = pickle.loads(buffer[HEADER.size :])
+        frame = decode(memoryview(buffer)[HEADER.size :], objects=objects)
+        status, value, error, exception, child_leaked = frame
+        child_leaked = int(child_leaked)
     except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the child
         return unpickle_failed(exc, leaked, common)
-    return outcome_from_frame(status, value, error, exception, leaked + child_leaked, common)
+    return outcome_from_frame(
+        status, value, error, exception, leaked + child_leaked, common, objects=objects
+    )
 
 
 # --- the pool: one worker's pipes ------------------------------------------------------------
 
-#: Each worker's pipes, as the worker sees them.
-PIPE_ROLES = ("task_r", "result_w", "output_w", "output_r", "stack_w")
+#: Each worker's pipes, as the worker sees them, and its fence (a memfd it maps).
+PIPE_ROLES = ("task_r", "result_w", "output_w", "output_r", "stack_w", "fence")
+#: The fence, shared by the caller and one worker: the index + 1 of the item the caller is
+#: killing at its deadline (0: none). The caller writes it before it looks for that item's
+#: answer; the worker reads it after writing each answer and, finding its item there, exits
+#: with RETIRED instead of starting the next one. No item is started twice.
+FENCE = struct.Struct("=Q")
+#: A worker's exit code when it leaves between items on its own (fenced, or its state could
+#: not be put back): the items queued behind its last answer never started.
+RETIRED = 86
 #: Task frame: payload length and item count, the items' indexes (``!Q`` each), then the
 #: pickled list of items (a tuple of positional or a dict of keyword arguments each).
 TASK = struct.Struct("!QQ")
@@ -130,8 +147,11 @@ def result_frames(buffer: bytearray) -> tuple[list[tuple[tuple[Any, ...], int]],
 
 #: The socket's fd in the zygote; the caller's spawn puts it there.
 SOCKET_FD = 3
-#: The first message, caller to zygote, at most this long: see :func:`config_message`.
-CONFIG_LIMIT = 1 << 20
+#: The first message, caller to zygote: its length (CONFIG_SIZE), then the pickled config in
+#: messages of at most CONFIG_PIECE bytes (a SOCK_SEQPACKET message must fit the socket's
+#: buffer): see :func:`config_message`. No limit but memory.
+CONFIG_SIZE = struct.Struct("!Q")
+CONFIG_PIECE = 1 << 16
 #: The zygote's answer to it, at most this long: ready, or the error that stops the pool (one
 #: line of text after the kind).
 MSG_READY = b"R"
@@ -144,8 +164,11 @@ MESSAGE_LIMIT = 256
 MSG_FORK = b"F"
 MSG_KILL = b"K"
 MSG_QUIT = b"Q"
-#: Zygote to caller: a worker was forked (SPAWNED; its pidfd attached), one was reaped (EXITED).
+#: Zygote to caller: a worker was forked (SPAWNED; its pidfd attached), one was killed (WID; at
+#: once, before it is reaped: the caller replaces a zygote that does not say so in time), one
+#: was reaped (EXITED).
 MSG_FORKED = b"P"
+MSG_KILLED = b"k"
 MSG_REAPED = b"X"
 WID = struct.Struct("!Q")
 #: worker id, pid.
@@ -154,17 +177,29 @@ SPAWNED = struct.Struct("!Qi")
 EXITED = struct.Struct("!QiddI")
 
 
-def config_message(path: list[str], target: tuple[Any, ...], memory_mb: float | None) -> bytes:
-    """What the zygote needs to import the scorer and start workers, as the caller sends it."""
+def config_message(
+    path: list[str], target: tuple[Any, ...], memory_mb: float | None
+) -> list[bytes]:
+    """What the zygote needs to import the scorer and start workers, as the caller sends it:
+    one message per item of the list (the length, then the pickled config in pieces)."""
     config = {"path": path, "target": target, "memory_mb": memory_mb}
-    return pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
+    blob = pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
+    pieces = [blob[at : at + CONFIG_PIECE] for at in range(0, len(blob), CONFIG_PIECE)]
+    return [CONFIG_SIZE.pack(len(blob)), *pieces]
 
 
 def read_config(
-    message: bytes,
+    receive: Any,
 ) -> tuple[list[str], tuple[Any, ...], float | None]:  # pragma: no cover - zygote only
-    """``(sys.path, target, memory_mb)`` from the config message, as the zygote reads it."""
-    config = pickle.loads(message)
+    """``(sys.path, target, memory_mb)``, as the zygote reads it with ``receive(limit)``."""
+    (size,) = CONFIG_SIZE.unpack(receive(CONFIG_SIZE.size))
+    blob = bytearray()
+    while len(blob) < size:
+        piece = receive(CONFIG_PIECE)
+        if not piece:
+            raise EOFError("the caller closed the socket in the middle of the config")
+        blob += piece
+    config = pickle.loads(blob)
     return config["path"], config["target"], config["memory_mb"]
 
 
@@ -214,10 +249,93 @@ def output_text(output: bytes, dropped: int) -> str:
 
 
 # --- the caller's reading into an Outcome ----------------------------------------------------
+#
+# Unpickling runs code that the pickle names: ``__reduce__`` can make the caller call
+# ``time.sleep(30)`` or ``sys.exit(7)``, and an ordinary object (a sympy tree of ``3**10**7``)
+# can cost seconds of the caller's GIL, outside any deadline. The bytes come from the call's
+# process, which can write anything on its pipe. So by default the caller unpickles with
+# :class:`_PlainUnpickler`, which names no global but ``complex`` (and, for exceptions, the
+# builtin exception classes): plain data (None, bool, int, float, complex, str, bytes,
+# bytearray, list, tuple, dict, set, frozenset) is built by the C unpickler's own opcodes, at
+# C speed, running no code the call chose. Anything else is refused unless the caller opted in
+# with ``objects=True``, which unpickles with :func:`pickle.loads` and so trusts the call.
+#
+# numpy scalars (``np.float64(0.5)``, a common scorer return) are admitted when numpy is
+# already imported in the caller, never importing it: ``numpy.core.multiarray.scalar`` and
+# ``numpy.dtype`` are C constructors whose cost is linear in the pickled bytes. Arrays and
+# every other numpy object need ``objects=True``.
+
+
+class Refused(pickle.UnpicklingError):
+    """What a call sent back names a global the caller does not run without ``objects=True``."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self.what = f"{module}.{name}"
+        super().__init__(
+            f"the call's result is not plain data: rebuilding it needs {self.what}, which "
+            "would run in the caller; plain data (numbers, strings, bytes, lists, tuples, "
+            "dicts, sets) comes back as is; pass objects=True to run(), guarded() or Pool() "
+            "to unpickle other objects in the caller (which runs code the call chose)"
+        )
+
+
+_PLAIN_GLOBALS: dict[tuple[str, str], Any] = {("builtins", "complex"): complex}
+_NUMPY_SCALAR = {
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy", "dtype"),
+}
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Plain data only (and builtin exception classes when ``exceptions``): see above."""
+
+    def __init__(self, data: bytes | bytearray | memoryview, *, exceptions: bool) -> None:
+        super().__init__(io.BytesIO(data))
+        self.exceptions = exceptions
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = _PLAIN_GLOBALS.get((module, name))
+        if found is not None:
+            return found
+        if self.exceptions and module == "builtins":
+            cls = getattr(builtins, name, None)
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                return cls
+        if (module, name) in _NUMPY_SCALAR and module in sys.modules:  # never imports numpy
+            return getattr(sys.modules[module], name)
+        raise Refused(module, name)
+
+
+class ObjectsFailed(pickle.UnpicklingError):
+    """Unpickling with ``objects=True`` raised a BaseException that is not an Exception."""
+
+
+def decode(
+    data: bytes | bytearray | memoryview, *, objects: bool = False, exceptions: bool = False
+) -> Any:
+    """Unpickle what a call's process sent, as the caller does: plain data unless ``objects``.
+
+    Raises an Exception (:class:`Refused` for a value that is not plain data) when it cannot;
+    never a BaseException that the pickle chose (with ``objects=True`` a pickle can raise
+    ``SystemExit`` or ``KeyboardInterrupt`` from its ``__reduce__``: it comes out as
+    :class:`ObjectsFailed`).
+    """
+    if not objects:
+        return _PlainUnpickler(data, exceptions=exceptions).load()
+    try:
+        return pickle.loads(data)
+    except Exception:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - SystemExit etc. from a __reduce__
+        raise ObjectsFailed(f"unpickling raised {type(exc).__name__}: {exc}") from None
 
 
 def unpickle_failed(exc: Exception, leaked: int, common: dict[str, Any]) -> Outcome:
-    error = f"{type(exc).__name__}: the call's result could not be unpickled: {exc}"
+    if isinstance(exc, Refused):
+        error = f"{type(exc).__name__}: {exc}"
+    else:
+        error = f"{type(exc).__name__}: the call's result could not be unpickled: {exc}"
     return Outcome(Status.ERROR, error=error, leaked=leaked, **common)
 
 
@@ -228,24 +346,48 @@ def outcome_from_frame(
     exception: bytes | None,
     leaked: int,
     common: dict[str, Any],
+    *,
+    objects: bool = False,
 ) -> Outcome:
-    """The :class:`Outcome` of a frame that the call's process made and the caller unpickled."""
+    """The :class:`Outcome` of a frame that the call's process made and the caller unpickled.
+
+    The exception comes back as an object only when rebuilding it runs no code the call chose
+    (a builtin exception class holding plain data), or when the caller passed ``objects=True``;
+    otherwise ``exception`` is None and ``error`` still holds its text and traceback. The frame
+    is the call's to forge: a malformed one is an ERROR, never an exception in the caller.
+    """
+    if (
+        not (isinstance(status, str) and status in _STATUSES)
+        or not isinstance(error, str | None)
+        or not isinstance(exception, bytes | None)
+    ):
+        text = f"ValueError: the call's process sent a malformed result frame (status {status!r})"
+        return Outcome(Status.ERROR, error=text, leaked=leaked, **common)
     raised: BaseException | None = None
     if exception is not None:
         try:
-            raised = pickle.loads(exception)
+            raised = decode(exception, objects=objects, exceptions=True)
         except Exception:  # noqa: BLE001 - the text in ``error`` still says what happened
+            raised = None
+        if not isinstance(raised, BaseException):
             raised = None
     return Outcome(
         Status(status), value=value, error=error, exception=raised, leaked=leaked, **common
     )
 
 
+_STATUSES = frozenset(s.value for s in Status)
+
+
 def died(wait_status: int, *, killed: bool, dumped: bool) -> tuple[Status, int | None, int | None]:
     """``(status, signal, exit code)`` of a call whose process ended without its result.
 
     TIMEOUT when the guard killed it at the deadline, or when it died of the stack-dump signal
-    the guard sent just before (the call had reset faulthandler's handler): a timeout is never
+    the guard sent just before (the call had reset faulthandler's handler), or of SIGSEGV or
+    SIGBUS after that signal: faulthandler's dump runs on the interrupted thread's stack, and a
+    call deep in C recursion has none left, so the dump itself overflows it. ``dumped`` means
+    the call was still running :data:`DUMP_LEAD_S` before the deadline and the signal was
+    sent, so such a death is at the deadline and caused by the guard: a timeout is never
     reported as a crash. Otherwise CRASHED, with the signal or exit code in ``wait_status``
     (neither when the process could not be reaped: -1).
     """
@@ -255,9 +397,13 @@ def died(wait_status: int, *, killed: bool, dumped: bool) -> tuple[Status, int |
             signum = os.WTERMSIG(wait_status)
         elif os.WIFEXITED(wait_status):
             exit_code = os.WEXITSTATUS(wait_status)
-    if killed or (dumped and signum == DUMP_SIGNAL):
+    if killed or (dumped and signum in _DUMP_DEATHS):
         return Status.TIMEOUT, None, None
     return Status.CRASHED, signum, exit_code
+
+
+#: What a process dies of when the stack-dump signal reaches it: see :func:`died`.
+_DUMP_DEATHS = frozenset({DUMP_SIGNAL, signal.SIGSEGV, signal.SIGBUS})
 
 
 def common_fields(
@@ -271,4 +417,5 @@ def common_fields(
         "output": output,
         "budget": budget,
         "mechanism": Mechanism.FORK,
+        "containment": containment(),
     }

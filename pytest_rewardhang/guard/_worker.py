@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import fcntl
 import io
+import mmap
 import os
 import pickle
 import resource
+import signal
 import struct
 import sys
 import termios
@@ -25,7 +27,9 @@ from ._child import call, setup_child
 from ._outcome import Status
 from ._wire import (
     CHUNK,
+    FENCE,
     OUTPUT_LIMIT,
+    RETIRED,
     pickle_frame,
     read_bounded,
     result_frame,
@@ -54,7 +58,11 @@ def serve(
     try:
         setup_child(fds["output_w"], fds["stack_w"], memory_mb)
         writers = _never_blocking_stdio()
-        _Serve(fn, fds["task_r"], fds["result_w"], fds["output_r"], subreaper, writers).loop()
+        fence = mmap.mmap(fds["fence"], FENCE.size)
+        os.close(fds["fence"])
+        _Serve(
+            fn, fds["task_r"], fds["result_w"], fds["output_r"], subreaper, writers, fence
+        ).loop()
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the caller sees the exit and reports the item
         pass
@@ -119,6 +127,121 @@ def _never_blocking_stdio() -> list[_DroppingPipe]:  # pragma: no cover - worker
     return writers
 
 
+#: Events after which an item's full check runs (see :class:`_State`): what may change the
+#: process state that a cheap per-item comparison does not see.
+_AUDITED = frozenset(
+    {
+        "resource.setrlimit",
+        "resource.prlimit",
+        "os.putenv",
+        "os.unsetenv",
+        "open",
+        "socket.__new__",
+        "ctypes.dlsym",
+        "ctypes.dlopen",
+        "ctypes.call_function",
+        "os.fork",
+        "os.forkpty",
+        "os.posix_spawn",
+        "subprocess.Popen",
+    }
+)
+#: Every this many items, the full check runs anyway.
+_FULL_EVERY = 64
+#: An item this long pays for the full check: a few tens of µs against a millisecond.
+_FULL_AFTER_S = 0.001
+#: Descriptors an item may leave open (a scorer's lazily opened cache, say) before the worker
+#: is replaced rather than run out of them.
+_SPARE_FDS = 32
+_ITIMERS = (signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+
+
+class _State:  # pragma: no cover - worker only
+    """What the worker was like before its first item, put back after each one.
+
+    Per item, cheaply (a few µs): the working directory (``fchdir``), the umask, the signal
+    mask, the interval timers and alarm, the environment, Python threads. After an item that
+    touched what those do not cover (an audited event: ``setrlimit``, ``putenv``, ``open``,
+    ``ctypes``, a fork), or that ran for over a millisecond, and every 64th item: the
+    resource limits, every signal handler Python knows, the descriptors, fds 0-2 and the
+    threads the kernel counts. What cannot be put back (a thread left running, a hard limit
+    lowered, more than 32 new descriptors, fd 1 or 2 pointed elsewhere) retires the worker
+    once its answer is written; the items queued behind go to a fresh one.
+    """
+
+    def __init__(self, own_fds: list[int]) -> None:
+        self.cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.umask = os.umask(0o022)
+        os.umask(self.umask)
+        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+        self.environ = dict(os.environ._data)  # type: ignore[attr-defined]
+        self.limits = {
+            number: resource.getrlimit(number)
+            for name in dir(resource)
+            if name.startswith("RLIMIT_")
+            for number in [getattr(resource, name)]
+        }
+        self.handlers = {signum: signal.getsignal(signum) for signum in signal.valid_signals()}
+        self.fds = {int(fd) for fd in os.listdir("/proc/self/fd")} | set(own_fds)
+        self.stdio = [_identity(fd) for fd in (1, 2)]
+        self.dirty = False
+        self.count = 0
+        sys.addaudithook(self._audit)
+
+    def _audit(self, event: str, _: tuple[Any, ...]) -> None:
+        if event in _AUDITED:
+            self.dirty = True
+
+    def clean(self, wall: float) -> bool:
+        """Put back what the last item changed; False when the worker must be replaced."""
+        os.fchdir(self.cwd)
+        os.umask(self.umask)
+        if signal.pthread_sigmask(signal.SIG_SETMASK, self.mask) != self.mask:
+            self.dirty = True
+        if signal.setitimer(signal.ITIMER_REAL, 0) != (0.0, 0.0):
+            self.dirty = True
+        if threading.active_count() != 1:
+            return False
+        if os.environ._data != self.environ:  # type: ignore[attr-defined]
+            os.environ.clear()
+            for key, value in self.environ.items():
+                os.environ[os.fsdecode(key)] = os.fsdecode(value)
+        self.count += 1
+        if self.dirty or wall > _FULL_AFTER_S or not self.count % _FULL_EVERY:
+            clean = self._full()
+            self.dirty = False  # the check's own reads of /proc are not the item's
+            return clean
+        return True
+
+    def _full(self) -> bool:
+        for which in _ITIMERS:
+            signal.setitimer(which, 0)
+        for number, (soft, hard) in self.limits.items():
+            now = resource.getrlimit(number)
+            if now != (soft, hard):
+                try:
+                    resource.setrlimit(number, (soft, hard))
+                except (ValueError, OSError):  # a hard limit lowered cannot be raised again
+                    return False
+        for signum, handler in self.handlers.items():
+            if handler is not None and signal.getsignal(signum) is not handler:
+                try:
+                    signal.signal(signum, handler)
+                except (OSError, ValueError, TypeError):
+                    return False
+        try:
+            if [_identity(fd) for fd in (1, 2)] != self.stdio:
+                return False
+            with open("/proc/self/stat", "rb") as f:
+                stat = f.read()
+            threads = int(stat[stat.rindex(b")") + 2 :].split()[17])
+            opened = {int(fd) for fd in os.listdir("/proc/self/fd")}
+        except (OSError, ValueError, IndexError):
+            return False
+        # The listing's own descriptor and the stat file's are closed by now.
+        return threads == 1 and len(opened - self.fds) <= _SPARE_FDS + 1
+
+
 class _Serve:  # pragma: no cover - worker only
     def __init__(
         self,
@@ -128,6 +251,7 @@ class _Serve:  # pragma: no cover - worker only
         output_r: int,
         subreaper: bool,
         writers: list[_DroppingPipe],
+        fence: mmap.mmap,
     ) -> None:
         self.fn = fn
         self.writers = writers
@@ -139,7 +263,7 @@ class _Serve:  # pragma: no cover - worker only
         self.children_fd = -1
         if subreaper:
             try:
-                pid = os.getpid()
+                pid = _proctree.own_pid()  # as /proc names it: we may be in a PID namespace
                 self.children_fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY)
             except OSError:
                 self.children_fd = -1
@@ -147,6 +271,11 @@ class _Serve:  # pragma: no cover - worker only
         self.items = 0
         self.cpu_mark = 0.0
         self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        self.pid = os.getpid()
+        #: The caller writes here the index (+1) of an item it is killing at its deadline,
+        #: before it looks for that item's answer: see :meth:`_one`.
+        self.fence = fence
+        self.state = _State([task_r, result_w, output_r, self.children_fd])
 
     def loop(self) -> None:
         while True:
@@ -185,6 +314,8 @@ class _Serve:  # pragma: no cover - worker only
             frame = call(self.fn, (), item)
         else:
             frame = (Status.ERROR.value, None, item.text, None)
+        if os.getpid() != self.pid:
+            os._exit(0)  # a child the call forked, returning: it never answers for the worker
         wall = time.perf_counter() - start
         leaked = self._leaked()
         output, dropped = self._output()
@@ -211,6 +342,16 @@ class _Serve:  # pragma: no cover - worker only
             self.max_rss,
         )
         write_all(self.result_w, result)
+        # Exactly once near the deadline: the caller writes the fence *before* it reads the
+        # result pipe for this answer, and the pipe's lock orders the two sides. Either it saw
+        # the answer (and kills nothing), or the fence is visible here now: then the items
+        # queued behind this one must not start, as the kill is on its way. Retiring leaves
+        # them unstarted, and the caller hands them out again.
+        if FENCE.unpack_from(self.fence)[0] == index + 1:
+            os._exit(RETIRED)
+        # What this item changed that would charge the next one: put back, or retire.
+        if not self.state.clean(wall):
+            os._exit(RETIRED)
 
     def _leaked(self) -> int:
         """Kill what the item left running; cheap when it started nothing."""

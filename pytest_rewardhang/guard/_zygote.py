@@ -24,16 +24,16 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import _proctree
+from . import _contain, _proctree
 from ._spec import SpecError, load_callable
 from ._wire import (
-    CONFIG_LIMIT,
     EXITED,
     MESSAGE_LIMIT,
     MSG_ERROR,
     MSG_FORK,
     MSG_FORKED,
     MSG_KILL,
+    MSG_KILLED,
     MSG_QUIT,
     MSG_READY,
     MSG_REAPED,
@@ -55,7 +55,10 @@ def main() -> None:  # pragma: no cover - runs in the zygote process
         os._exit(1)
     # Inherited ignore dispositions survive exec; ignored SIGCHLD would reap workers unseen.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    path, target, memory_mb = read_config(sock.recv(CONFIG_LIMIT))
+    try:
+        path, target, memory_mb = read_config(sock.recv)
+    except Exception:  # noqa: BLE001 - the caller went away (interrupted, say) before it was sent
+        os._exit(1)
     sys.path[:] = path
     try:
         fn = _resolve(target)
@@ -72,6 +75,44 @@ def main() -> None:  # pragma: no cover - runs in the zygote process
     sock.send(MSG_READY)
     _Zygote(sock, caller_pidfd, fn, memory_mb).loop()
     os._exit(0)
+
+
+def serve_forked(
+    sock: socket.socket, fn: Callable[..., Any], memory_mb: float | None, caller: int
+) -> None:  # pragma: no cover - runs in a zygote forked from the caller; never returns
+    """The zygote of a callable that no fresh interpreter can import, forked from the caller.
+
+    The caller's signal handlers and mask are not ours, and neither is its session.
+    """
+    code = 70
+    try:
+        for signum in _RESET:  # as a fresh interpreter has them
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        os.setsid()
+        caller_pidfd = os.pidfd_open(caller)
+        if os.getppid() != caller:
+            os._exit(1)
+        _proctree.become_subreaper(None)
+        gc.freeze()
+        sock.send(MSG_READY)
+        _Zygote(sock, caller_pidfd, fn, memory_mb).loop()
+        code = 0
+    finally:
+        os._exit(code)
+
+
+_RESET = (
+    signal.SIGCHLD,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGALRM,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
 
 
 def _resolve(target: tuple[Any, ...]) -> Callable[..., Any]:  # pragma: no cover - zygote only
@@ -99,6 +140,13 @@ class _Zygote:  # pragma: no cover - zygote only
     ) -> None:
         self.sock = sock
         self.caller_pidfd = caller_pidfd
+        # The workers and all they start live in one PID namespace where the platform allows
+        # (probed once, here): it dies with the caller even if we are stopped, and nothing in
+        # it can name us to stop or kill us. We stay outside, forking into it.
+        _proctree.prepare()
+        self.namespace = _contain.start(caller_pidfd)
+        if self.namespace is not None:
+            self.namespace.stay()
         self.fn = fn
         self.memory_mb = memory_mb
         self.workers: dict[int, tuple[int, int]] = {}
@@ -156,11 +204,16 @@ class _Zygote:  # pragma: no cover - zygote only
         socket.send_fds(self.sock, [MSG_FORKED + SPAWNED.pack(wid, pid)], [pidfd])
 
     def kill(self, wid: int) -> None:
-        """Kill a worker's tree; it is reaped when its pidfd fires, so a fork can go first."""
-        if wid not in self.workers or wid in self.killed:
-            return  # it died on its own first; its exit is reported when reaped
-        pid, pidfd = self.workers[wid]
-        self.killed[wid] = _proctree.kill_tree(pid, pidfd)
+        """Kill a worker's tree; it is reaped when its pidfd fires, so a fork can go first.
+
+        Says so at once, whether or not the worker was still there: the caller replaces a
+        zygote that does not answer a kill in time (stopped, say, by an item).
+        """
+        if wid in self.workers and wid not in self.killed:
+            pid, pidfd = self.workers[wid]
+            self.killed[wid] = _proctree.kill_tree(pid, pidfd)
+        with contextlib.suppress(OSError):
+            self.sock.send(MSG_KILLED + WID.pack(wid))
 
     def reap(self, wid: int, leaked: int) -> None:
         """Reap a dead worker and what it left running; tell the caller."""
@@ -174,8 +227,14 @@ class _Zygote:  # pragma: no cover - zygote only
             self.sock.send(MSG_REAPED + EXITED.pack(wid, status, cpu, rss, leaked))
 
     def sweep(self) -> int:
-        """Kill what a dead worker left running; it was re-parented to us, the subreaper."""
-        return _proctree.reap_children(spare={pid for pid, _ in self.workers.values()})
+        """Kill what a dead worker left running; it was re-parented to us, the subreaper, or
+        (in a PID namespace) to the namespace's init."""
+        spare = {pid for pid, _ in self.workers.values()}
+        leaked = 0
+        if self.namespace is not None:
+            spare.add(self.namespace.init)
+            leaked = self.namespace.orphans()
+        return leaked + _proctree.reap_children(spare=spare)
 
     def shutdown(self) -> None:
         """Kill and reap every worker and all below them; the caller is gone or not listening."""
@@ -183,6 +242,8 @@ class _Zygote:  # pragma: no cover - zygote only
             _proctree.kill_and_reap(pid, pidfd)
             self._forget(wid)
         self.sweep()
+        if self.namespace is not None:
+            self.namespace.close()
 
     def _forget(self, wid: int) -> int:
         """Stop watching a worker; its pid, to reap it by."""

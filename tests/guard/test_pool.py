@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import importlib.util
 import json
 import os
 import signal
@@ -46,7 +45,8 @@ class Launch:
                 return fn(*args, **kwargs)
 
         pool = Pool(target, **options)
-        if (pool._engine.zygote is None) != (self.name == "caller"):
+        zygote = pool._engine.zygote
+        if zygote is None or zygote.forked != (self.name == "caller"):
             pool.close()
             pytest.fail(f"the pool was meant to fork its workers from the {self.name}")
         return pool
@@ -551,7 +551,7 @@ def test_the_pool_dies_with_its_caller(tmp_path: Path, ending: str, launch: Laun
     pids = [int(p) for p in caller.stdout.readline().split()]
     caller.wait(timeout=20)
     caller.stdout.close()
-    assert len(pids) == (2 if from_caller else 3)  # the zygote, if any, and two workers
+    assert len(pids) == 3  # the zygote (spawned, or forked from the caller) and two workers
     # They notice the caller's death (a pidfd, PDEATHSIG) in milliseconds; bounded here.
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(state(p) not in (None, "Z", "X") for p in pids):
@@ -637,10 +637,9 @@ finally:
 """
 
 
+@pytest.mark.needs_extra("ray")
 @pytest.mark.timeout(180)
 def test_inside_a_threaded_ray_actor(tmp_path: Path) -> None:
-    if importlib.util.find_spec("ray") is None:
-        pytest.skip("ray is not installed")
     scorer = tmp_path / "ray_scorer.py"
     scorer.write_text(RAY_SCORER)
     done = subprocess.run(

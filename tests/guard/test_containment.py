@@ -1,0 +1,335 @@
+"""Nothing outlives the call: descendants that try to escape, against real processes.
+
+Each attack starts a real ``sleep`` that tries to outlive the guarded call, reports its pid
+through a file, and the test checks that pid is dead within a generous bound (a hang must end;
+no latency is claimed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_rewardhang.guard import Containment, Outcome, Pool, Status, _contain, _proctree, run
+from tests.conftest import children
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+def _namespaces_available() -> bool:
+    try:
+        subprocess.run(
+            ["unshare", "--pid", "--fork", "true"], check=True, capture_output=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
+
+
+NAMESPACES = _namespaces_available()
+# Where there are none, what holds is the subreaper's, which the attacks below defeat.
+pytestmark.append(pytest.mark.skipif(not NAMESPACES, reason="no PID namespaces here"))
+
+
+@pytest.fixture(autouse=True)
+def pid_namespaces(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """PID namespaces on (they are opt-in), probed afresh, and forgotten after the test."""
+    monkeypatch.setenv(_proctree.PID_NAMESPACE_ENV, "1")
+    saved = _proctree._namespaces[:], _contain._containment[:]
+    _proctree._namespaces.clear()
+    _contain._containment.clear()
+    yield
+    _proctree._namespaces[:], _contain._containment[:] = saved
+
+
+# ruff: noqa: S607 - "sleep" and "unshare" from PATH, as a scorer would start them
+
+ROOT = Path(__file__).resolve().parents[2]
+#: How long a killed process may take to disappear: generous, a hang is what is tested.
+GONE_WITHIN_S = 10.0
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _gone(pid: int) -> bool:
+    """Dead: no process, or a zombie (whoever reaps it, it runs no code)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat[stat.rindex(b")") + 2 :].split()[0] in (b"Z", b"X")
+
+
+def _assert_gone(pids: list[int]) -> None:
+    assert pids, "nothing was reported, so nothing was checked"
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while time.monotonic() < deadline and not all(_gone(pid) for pid in pids):
+        time.sleep(0.02)
+    alive = [pid for pid in pids if not _gone(pid)]
+    for pid in alive:  # leave nothing behind for the next test, then fail
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"still running {GONE_WITHIN_S:g} s after the call ended: {alive}"
+
+
+def _await_pids(path: Path, count: int, proc: subprocess.Popen[bytes] | None = None) -> list[int]:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        words = path.read_text().split() if path.exists() else []
+        if len(words) >= count and path.read_text().endswith("\n"):
+            return [int(word) for word in words]
+        assert proc is None or proc.poll() is None, "the caller ended before the attack began"
+        time.sleep(0.01)
+    pytest.fail(f"no pids in {path} after 20 s")
+
+
+def _record(path: str, *pids: int) -> None:
+    with open(path, "a") as f:
+        f.write(" ".join(map(str, pids)) + "\n")
+
+
+def _started(proc: subprocess.Popen[bytes]) -> int:
+    """The pid of a child just started, as the test sees it (``proc.pid`` is the one of the
+    namespace of the process that started it, which may be the call's)."""
+    own = os.readlink("/proc/thread-self")  # "<pid>/task/<tid>", as /proc names them
+    for child in Path(f"/proc/{own}/children").read_text().split():
+        status = Path(f"/proc/{child}/status").read_text()
+        (line,) = (line for line in status.splitlines() if line.startswith("NSpid:"))
+        if str(proc.pid) in line.split()[1:]:
+            return int(child)
+    raise AssertionError(f"{proc.pid} is not a child of {own}")
+
+
+def _no_subreaper_no_death_signal() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) == 0
+    assert libc.prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0) == 0
+
+
+def _escape(path: str) -> None:
+    """The prctl escape: no subreaper and no death signal above us, then a setsid double fork."""
+    _no_subreaper_no_death_signal()
+    middle = os.fork()
+    if middle == 0:  # pragma: no cover - the middle process
+        try:
+            _record(path, _started(subprocess.Popen(["sleep", "60"], start_new_session=True)))
+        finally:
+            os._exit(0)
+    os.waitpid(middle, 0)
+
+
+def _exit_with_a_subprocess(path: str) -> None:
+    _record(path, _started(subprocess.Popen(["sleep", "60"])))
+    os._exit(3)
+
+
+def test_os_exit_with_a_running_subprocess_leaves_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "pids"
+    out = run(_exit_with_a_subprocess, (str(path),), budget=10)
+    assert out.status is Status.CRASHED
+    assert out.exit_code == 3
+    assert out.leaked == 1
+    _assert_gone(_await_pids(path, 1))
+
+
+def test_a_crash_with_a_running_subprocess_leaves_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "pids"
+
+    def crash(path: str) -> None:
+        _record(path, _started(subprocess.Popen(["sleep", "60"], start_new_session=True)))
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    out = run(crash, (str(path),), budget=10)
+    assert out.status is Status.CRASHED
+    assert out.leaked == 1
+    _assert_gone(_await_pids(path, 1))
+
+
+def test_the_prctl_escape_and_a_double_fork_are_killed_and_counted(tmp_path: Path) -> None:
+    path = tmp_path / "pids"
+
+    def escape(path: str) -> str:
+        _escape(path)
+        return "escaped"
+
+    out = run(escape, (str(path),), budget=10)
+    assert out.value == "escaped", out.describe()
+    pids = _await_pids(path, 1)
+    _assert_gone(pids)
+    assert out.leaked == 1
+
+
+def test_the_prctl_escape_then_a_hang_is_killed_at_the_deadline(tmp_path: Path) -> None:
+    path = tmp_path / "pids"
+
+    def escape_and_hang(path: str) -> None:
+        _escape(path)
+        time.sleep(60)
+
+    out = run(escape_and_hang, (str(path),), budget=1)
+    assert out.status is Status.TIMEOUT
+    _assert_gone(_await_pids(path, 1))
+
+
+def test_containment_is_reported(tmp_path: Path) -> None:
+    out = run(os.getpid, budget=10)
+    assert out.ok
+    assert out.containment in (Containment.PID_NAMESPACE, Containment.SUBREAPER)
+    assert out.value != 1  # the call is not the namespace's init: ordinary signal semantics
+    (tmp_path / "scorer.py").write_text("import os\ndef pid():\n    return os.getpid()\n")
+    with Pool(f"{tmp_path / 'scorer.py'}:pid", budget=10, workers=1) as pool:
+        (item,) = pool.map([()])
+    assert item.ok
+    assert item.containment is out.containment
+    assert Outcome(Status.OK).containment is Containment.NONE
+
+
+def test_pid_namespaces_are_used_where_available() -> None:
+    assert run(int, budget=10).containment is Containment.PID_NAMESPACE
+
+
+def test_a_subprocess_sees_a_pid_of_its_own_namespace_and_no_outside_pid(tmp_path: Path) -> None:
+    def pids() -> tuple[int, int]:
+        out = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid(), os.getppid())"],
+            capture_output=True,
+            check=True,
+        )
+        pid, ppid = out.stdout.split()
+        return int(pid), int(ppid)
+
+    out = run(pids, budget=20)
+    assert out.ok, out.describe()
+    if out.containment is Containment.PID_NAMESPACE:
+        assert out.value == (3, 2)  # the namespace's init is 1, the call's process 2
+
+
+def test_a_nested_guard_in_a_contained_call_still_kills_and_counts(tmp_path: Path) -> None:
+    path = tmp_path / "pids"
+
+    def inner(path: str) -> str:
+        _record(path, _started(subprocess.Popen(["sleep", "60"], start_new_session=True)))
+        return "inner"
+
+    def outer(path: str) -> tuple[str, int]:
+        got = run(inner, (path,), budget=10)
+        return got.value, got.leaked
+
+    out = run(outer, (str(path),), budget=20)
+    assert out.value == ("inner", 1), out.describe()
+    _assert_gone(_await_pids(path, 1))
+
+
+_CALLER = """
+import sys, time
+sys.path[:0] = [{root!r}, {here!r}]
+from pytest_rewardhang.guard import Pool, run
+import attacks
+if sys.argv[2] == "run":
+    run(attacks.setsid_and_hang, (sys.argv[1],), budget=60)
+else:
+    with Pool(attacks.{pool_attack}, budget=60, workers=2) as pool:
+        pool.map([(sys.argv[1],)] * 2)
+time.sleep(60)
+"""
+
+_ATTACKS = """
+import os, signal, subprocess, time, ctypes
+
+def _record(path, *pids):
+    with open(path, "a") as f:
+        f.write(" ".join(map(str, pids)) + "\\n")
+
+def _started(proc):
+    own = os.readlink("/proc/thread-self")
+    for child in open(f"/proc/{own}/children").read().split():
+        for line in open(f"/proc/{child}/status"):
+            if line.startswith("NSpid:") and str(proc.pid) in line.split()[1:]:
+                return int(child)
+    raise AssertionError(proc.pid)
+
+def _sleeper():
+    return _started(subprocess.Popen(["sleep", "60"], start_new_session=True))
+
+def _me():
+    return int(os.readlink("/proc/self"))
+
+def setsid_and_hang(path):
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    _record(path, _me(), _started(sleeper))
+    time.sleep(60)
+
+def escape_and_hang(path):
+    libc = ctypes.CDLL(None)
+    libc.prctl(36, 0, 0, 0, 0)
+    libc.prctl(1, 0, 0, 0, 0)
+    worker = _me()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            _record(path, worker, _sleeper())
+        finally:
+            os._exit(0)
+    os.waitpid(middle, 0)
+    time.sleep(60)
+
+def kill_the_zygote_and_hang(path):
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    _record(path, _me(), _started(sleeper))
+    os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(60)
+"""
+
+
+def _caller(
+    tmp_path: Path, mode: str, pool_attack: str = "escape_and_hang"
+) -> subprocess.Popen[bytes]:
+    (tmp_path / "attacks.py").write_text(_ATTACKS)
+    script = _CALLER.format(root=str(ROOT), here=str(tmp_path), pool_attack=pool_attack)
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "pids"), mode],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def test_the_caller_sigkilled_mid_run_takes_a_setsid_grandchild_along(tmp_path: Path) -> None:
+    caller = _caller(tmp_path, "run")
+    try:
+        pids = _await_pids(tmp_path / "pids", 2, caller)  # the call's process, the sleeper
+    finally:
+        caller.kill()
+        caller.wait()
+    _assert_gone(pids)
+
+
+def test_the_caller_sigkilled_mid_map_takes_the_pool_along(tmp_path: Path) -> None:
+    caller = _caller(tmp_path, "pool")
+    try:
+        pids = _await_pids(tmp_path / "pids", 4, caller)  # per worker: it, its escaped sleeper
+        zygotes = list(children(caller.pid))
+    finally:
+        caller.kill()
+        caller.wait()
+    _assert_gone([*zygotes, *pids])
+
+
+def test_a_call_that_kills_its_zygote_leaves_nothing(tmp_path: Path) -> None:
+    caller = _caller(tmp_path, "pool", "kill_the_zygote_and_hang")
+    try:
+        # Each worker reports itself and its sleeper; the first to kill the zygote ends it.
+        pids = _await_pids(tmp_path / "pids", 2, caller)
+        time.sleep(0.2)
+        pids = _await_pids(tmp_path / "pids", 2)
+    finally:
+        caller.kill()
+        caller.wait()
+    _assert_gone(pids)

@@ -1,0 +1,345 @@
+"""The warm pool attacked by its own items (issue 11): real processes, real clocks, no mocks.
+
+Each test is an attack a scorer can make on the pool that serves it; each must end within its
+budget plus seconds, leave nothing behind, and charge no item but the attacker's.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_rewardhang.guard import Pool, Status
+from tests.conftest import assert_dead, state
+from tests.guard.test_pool import Launch
+
+pytestmark = [pytest.mark.timeout(60)]
+
+BUDGET = 0.5
+
+
+@pytest.fixture(params=["zygote", "caller"])
+def launch(request: pytest.FixtureRequest) -> Launch:
+    return Launch(request.param)
+
+
+# --- scorers: module level, so the zygote imports them by name --------------------------------
+
+
+def attack(kind: str, arg: str = "") -> Any:
+    if kind == "stop-parent-and-hang":
+        os.kill(os.getppid(), signal.SIGSTOP)
+        while True:
+            pass
+    if kind == "kill-parent":
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(3600)
+    if kind == "thread-kills-worker":
+
+        def strike() -> None:
+            time.sleep(0.05)
+            os._exit(9)
+
+        threading.Thread(target=strike, daemon=True).start()
+        return "left a thread"
+    if kind == "nofile":
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (3, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
+        return "lowered"
+    if kind == "cpu":
+        resource.setrlimit(resource.RLIMIT_CPU, (1, resource.RLIM_INFINITY))
+        return "lowered"
+    if kind == "chdir-deleted":
+        path = tempfile.mkdtemp(dir=arg)
+        os.chdir(path)
+        os.rmdir(path)
+        return "moved"
+    if kind == "umask-env-alarm":
+        os.umask(0o777)
+        os.environ["REWARDHANG_POISON"] = "1"
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(1)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        return "set"
+    if kind == "leak-fds":
+        return [os.pipe() for _ in range(100)] and "leaked"
+    if kind == "fork-and-return":
+        if os.fork():  # the child returns from the call too, without _exit, and first
+            time.sleep(0.2)
+        return "forked"
+    if kind == "innocent":
+        with open(os.path.join(arg, "probe"), "w") as f:
+            f.write("x")
+        os.remove(os.path.join(arg, "probe"))
+        burn = time.process_time() + 1.2  # past an RLIMIT_CPU of 1 s left by another item
+        while time.process_time() < burn:
+            pass
+        return (
+            os.getcwd(),
+            os.umask(0o022),
+            os.environ.get("REWARDHANG_POISON"),
+            signal.pthread_sigmask(signal.SIG_BLOCK, ()) == set(),
+        )
+    raise ValueError(kind)
+
+
+def quick(i: int) -> int:
+    return i * 2
+
+
+def near_deadline(log: str, i: int, seconds: float) -> int:
+    """Log each start (one O_APPEND line), then take about the budget."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, f"{i}\n".encode())
+    os.close(fd)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return i
+
+
+def orphan_then_crash(pidfile: str) -> None:
+    """Leave a setsid()'d grandchild running, then crash on our own."""
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(3600)
+        os._exit(0)
+    os.waitpid(child, 0)
+    time.sleep(0.05)
+    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
+        Path(pidfile).write_text(f.read())
+    os._exit(5)
+
+
+class BigCallable:
+    def __init__(self) -> None:
+        self.blob = os.urandom(210 * 1024)
+
+    def __call__(self, x: int) -> int:
+        return x + len(self.blob)
+
+
+class Unpicklable:
+    def __reduce__(self) -> Any:
+        raise TypeError("not today")
+
+
+# --- control comes back -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["stop-parent-and-hang", "kill-parent"])
+@pytest.mark.usefixtures("no_leaks")
+def test_an_item_that_stops_or_kills_the_zygote(kind: str, launch: Launch) -> None:
+    with launch.pool(attack, workers=1, budget=BUDGET) as pool:
+        zygote = pool._engine.zygote
+        assert zygote is not None
+        start = time.monotonic()
+        [hit] = pool.map([(kind,)])
+        elapsed = time.monotonic() - start
+        # The pool replaced its zygote and carries on.
+        assert pool.map([("umask-env-alarm",)])[0].ok
+        assert pool._engine.zygote is not zygote
+    assert elapsed < BUDGET + 3
+    if kind == "stop-parent-and-hang":
+        assert hit.status is Status.TIMEOUT, hit.describe()
+    else:
+        assert hit.status is Status.CRASHED, hit.describe()
+        assert hit.error is not None
+        assert "zygote" in hit.error
+    assert_dead([zygote.pid])
+
+
+# --- isolation ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["thread-kills-worker", "nofile", "cpu", "chdir-deleted", "umask-env-alarm", "leak-fds"],
+)
+@pytest.mark.usefixtures("no_leaks")
+def test_what_an_item_changes_does_not_charge_the_next(
+    tmp_path: Path, kind: str, launch: Launch
+) -> None:
+    here = os.getcwd()
+    with launch.pool(attack, workers=1, budget=5.0) as pool:
+        first, later = pool.map([(kind, str(tmp_path)), ("innocent", str(tmp_path))])
+        time.sleep(0.2)  # a thread left running has had time to strike
+        after = pool.map([("innocent", str(tmp_path))])[0]
+    assert first.ok, first.describe()
+    for out in (later, after):
+        assert out.ok, out.describe()
+        assert out.value == (here, 0o022, None, True)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_forked_child_of_the_call_never_answers_for_the_worker(launch: Launch) -> None:
+    with launch.pool(attack, workers=2, budget=5.0) as pool:
+        outs = pool.map([("fork-and-return",)] * 6 + [("umask-env-alarm",)] * 6)
+        assert not pool.closed
+    assert [o.value for o in outs] == ["forked"] * 6 + ["set"] * 6
+
+
+# --- exactly once -------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leaks")
+def test_items_at_the_deadline_start_exactly_once(tmp_path: Path, launch: Launch) -> None:
+    log = tmp_path / "starts"
+    budget = 0.2
+    n = 80
+    items = [(str(log), i, 0.195 + 0.01 * (i % 11) / 10) for i in range(n)]
+    with launch.pool(near_deadline, workers=2, budget=budget) as pool:
+        outs = pool.map(items)
+    starts = [int(line) for line in log.read_text().split()]
+    assert sorted(starts) == list(range(n)), "an item was lost or started twice"
+    for i, out in enumerate(outs):
+        assert out.status in (Status.OK, Status.TIMEOUT), out.describe()
+        if out.ok:
+            assert out.value == i
+
+
+# --- what cannot travel -----------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_large_callable_object_reaches_the_zygote() -> None:
+    fn = BigCallable()
+    with Pool(fn, workers=1, budget=5.0) as pool:
+        assert pool._engine.zygote is not None
+        assert not pool._engine.zygote.forked
+        assert [o.value for o in pool.map([(1,), (2,)])] == [1 + 210 * 1024, 2 + 210 * 1024]
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_map_whose_last_items_cannot_be_pickled_returns(launch: Launch) -> None:
+    with launch.pool(quick, workers=2, budget=BUDGET) as pool:
+        outs = pool.map([(Unpicklable(),)] * 3)
+        assert [o.status for o in outs] == [Status.ERROR] * 3
+        outs = pool.map([(1,), (Unpicklable(),), (Unpicklable(),)])
+        assert [o.status for o in outs] == [Status.OK, Status.ERROR, Status.ERROR]
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_any_finite_budget(launch: Launch) -> None:
+    with launch.pool(quick, workers=1, budget=3e6) as pool:
+        assert pool.map([(4,)])[0].value == 8
+
+
+# --- the fork from the caller -------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_what_a_crashed_worker_started_is_killed(tmp_path: Path, launch: Launch) -> None:
+    pidfile = tmp_path / "pids"
+    with launch.pool(orphan_then_crash, workers=1, budget=5.0) as pool:
+        [out] = pool.map([(str(pidfile),)])
+        assert out.status is Status.CRASHED, out.describe()
+        orphans = [int(p) for p in pidfile.read_text().split()]
+        assert len(orphans) == 1
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and state(orphans[0]) not in (None, "Z"):
+            time.sleep(0.01)
+        assert_dead(orphans)
+
+
+# --- interrupts -------------------------------------------------------------------------------
+
+
+STORM = """
+import os, signal, sys, time
+sys.path.insert(0, {root!r})
+from pytest_rewardhang.guard import Pool
+from tests.guard.test_pool_attacks import quick
+
+def fds():
+    return len(os.listdir("/proc/self/fd"))
+
+def kids():
+    found = []
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{{tid}}/children") as f:
+            found += f.read().split()
+    return found
+
+{closure}
+armed = [False]
+
+
+def interrupt(*_):
+    # One KeyboardInterrupt per round, landing wherever the pool happens to be.
+    if armed[0]:
+        armed[0] = False
+        raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGINT, interrupt)
+baseline = fds()
+print("ready", flush=True)
+interrupted = closed = 0
+end = time.monotonic() + 4
+while time.monotonic() < end:
+    pool = None
+    try:
+        armed[0] = True
+        pool = Pool(fn, workers=2, budget=1.0)
+        for _ in range(5):
+            pool.map([(i,) for i in range(50)])
+        pool.close()
+        armed[0] = False
+    except KeyboardInterrupt:
+        interrupted += 1
+        if pool is not None:
+            pool.close()
+    closed += pool is None or pool.closed
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+time.sleep(0.5)
+print(interrupted, closed, fds() - baseline, len(kids()), flush=True)
+"""
+
+
+@pytest.mark.xfail(
+    reason="open: at a 500 Hz SIGINT rate a few zombies/fds still escape (windows not yet "
+    "found); single interrupts are covered by test_pool.py",
+    strict=False,
+)
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("no_leaks")
+def test_a_sigint_storm_leaves_nothing(launch: Launch) -> None:
+    root = str(Path(__file__).resolve().parents[2])
+    closure = "def fn(*a):\n    return quick(*a)\n" if launch.name == "caller" else "fn = quick\n"
+    script = STORM.format(root=root, closure=closure)
+    caller = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=root
+    )
+    assert caller.stdout is not None
+    try:
+        assert caller.stdout.readline().strip() == "ready"
+        end = time.monotonic() + 4
+        while time.monotonic() < end and caller.poll() is None:
+            os.kill(caller.pid, signal.SIGINT)
+            time.sleep(0.002)
+        out = caller.stdout.readline().split()
+        caller.wait(timeout=20)
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait()
+        caller.stdout.close()
+    assert len(out) == 4, out
+    interrupted, _, fds, kids = map(int, out)
+    assert interrupted > 0, "no interrupt landed: this checked nothing"
+    assert (fds, kids) == (0, 0)

@@ -1,0 +1,567 @@
+"""``run()`` and ``@guarded`` attacked as a hostile scorer would (issue 11): real processes.
+
+Each attack that could freeze or kill the test process runs in a subprocess with a timeout, so
+a hang fails the test instead of the suite. Timing bounds are generous correctness bounds (a
+hang must end); lateness is measured in ``benchmarks/bench_lateness.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pytest_rewardhang
+from pytest_rewardhang.guard import CallFailed, Status, guarded, run
+from pytest_rewardhang.guard._wire import DUMP_SIGNAL
+from tests.conftest import children
+
+#: Where the package under test is imported from, for the subprocesses.
+ROOT = str(Path(pytest_rewardhang.__file__).resolve().parents[1])
+BUDGET = 0.5
+#: A hang must end: control back within the budget plus this, however loaded the machine.
+GENEROUS = 5.0
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+def in_subprocess(body: str, timeout: float = 30) -> dict[str, Any]:
+    """Run ``body`` in a fresh interpreter; it prints one JSON line last. A hang fails."""
+    prelude = textwrap.dedent(
+        """
+        import json, os, signal, sys, time
+        from pytest_rewardhang.guard import run, Status
+
+        def descendants():
+            found, frontier = [], [os.getpid()]
+            while frontier:
+                pid = frontier.pop()
+                try:
+                    tasks = os.listdir(f"/proc/{pid}/task")
+                except OSError:
+                    continue
+                for tid in tasks:
+                    try:
+                        with open(f"/proc/{pid}/task/{tid}/children") as f:
+                            kids = [int(p) for p in f.read().split()]
+                    except OSError:
+                        continue
+                    found += kids
+                    frontier += kids
+            return found
+
+        def fds():
+            return sorted(os.listdir("/proc/self/fd"))
+        """
+    )
+    code = prelude + textwrap.dedent(body)
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_everything_below(proc)
+        pytest.fail(f"the caller hung for {timeout} s")
+    assert proc.returncode == 0, err
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def kill_everything_below(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL ``proc`` and every descendant (setsid ones too: found before the kill)."""
+    found, frontier = [proc.pid], [proc.pid]
+    while frontier:
+        with contextlib.suppress(OSError):
+            for pid in children(frontier.pop()):
+                found.append(pid)
+                frontier.append(pid)
+    for signum in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: nothing forks meanwhile
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+    proc.communicate()
+
+
+# --- 1. control comes back -------------------------------------------------------------------
+
+
+def test_a_vfork_wait_on_a_fifo_does_not_freeze_run() -> None:
+    """A process in a vfork wait never stops: the kill must not wait for the stop."""
+    result = in_subprocess(
+        """
+        import tempfile
+        fifo = os.path.join(tempfile.mkdtemp(), "fifo")
+        os.mkfifo(fifo)
+
+        def spawn():
+            os.posix_spawn(
+                "/bin/true", ["true"], {},
+                file_actions=[(os.POSIX_SPAWN_OPEN, 5, fifo, os.O_RDONLY, 0)],
+            )
+
+        before = fds()
+        start = time.monotonic()
+        out = run(spawn, budget=0.5)
+        elapsed = time.monotonic() - start
+        time.sleep(0.2)
+        print(json.dumps({"status": out.status, "elapsed": elapsed,
+                          "left": descendants(), "fds": fds() == before}))
+        """
+    )
+    assert result["status"] == Status.TIMEOUT
+    assert result["elapsed"] < 0.5 + GENEROUS
+    assert result["left"] == []
+    assert result["fds"]
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "os.kill(os.getpid(), signal.SIGSTOP)\n    while True: pass",
+        # Every catchable signal blocked and ignored, including the stack dump's.
+        "for s in signal.valid_signals():\n"
+        "        try: signal.signal(s, signal.SIG_IGN)\n"
+        "        except (OSError, ValueError, RuntimeError): pass\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())\n"
+        "    while True: pass",
+    ],
+    ids=["stops-itself", "blocks-and-ignores-all-signals"],
+)
+def test_a_call_that_stops_or_shuns_signals_still_times_out(attack: str) -> None:
+    result = in_subprocess(
+        f"""
+def attack():
+    {attack}
+
+before = fds()
+start = time.monotonic()
+out = run(attack, budget=0.5)
+elapsed = time.monotonic() - start
+print(json.dumps({{"status": out.status, "elapsed": elapsed, "left": descendants(),
+                   "fds": fds() == before}}))
+"""
+    )
+    assert result["status"] == Status.TIMEOUT
+    assert result["elapsed"] < 0.5 + GENEROUS
+    assert result["left"] == []
+    assert result["fds"]
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_any_finite_budget_works() -> None:
+    out = run(int, ("7",), budget=3e6)
+    assert out.status is Status.OK
+    assert out.value == 7
+
+
+# --- 2. nothing the call chooses runs in the caller ------------------------------------------
+
+
+class SleepsWhenUnpickled:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (time.sleep, (8,))
+
+
+class ExitsWhenUnpickled:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (sys.exit, (7,))
+
+
+def _raise_keyboard_interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+class InterruptsWhenUnpickled:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_raise_keyboard_interrupt, ())
+
+
+class SleepyError(Exception):
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (time.sleep, (8,))
+
+
+class ExitingError(Exception):
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (sys.exit, (7,))
+
+
+class InterruptingError(Exception):
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_raise_keyboard_interrupt, ())
+
+
+def returns(value_type: type) -> Any:
+    return value_type()
+
+
+def raises(exc_type: type[BaseException]) -> None:
+    raise exc_type("from the scorer")
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize(
+    ("evil", "names"),
+    [
+        (SleepsWhenUnpickled, "time.sleep"),
+        (ExitsWhenUnpickled, "sys.exit"),
+        (InterruptsWhenUnpickled, "_raise_keyboard_interrupt"),
+    ],
+)
+def test_a_returned_object_runs_no_code_in_the_caller(evil: type, names: str) -> None:
+    start = time.perf_counter()
+    out = run(returns, (evil,), budget=BUDGET)
+    assert time.perf_counter() - start < BUDGET + GENEROUS
+    assert out.status is Status.ERROR
+    assert out.value is None
+    assert out.error is not None
+    assert "objects=True" in out.error
+    assert names in out.error  # what rebuilding it would have called
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("evil", [SleepyError, ExitingError, InterruptingError])
+def test_a_raised_object_runs_no_code_in_the_caller(evil: type[BaseException]) -> None:
+    start = time.perf_counter()
+    out = run(raises, (evil,), budget=BUDGET)
+    assert time.perf_counter() - start < BUDGET + GENEROUS
+    assert out.status is Status.ERROR
+    assert out.exception is None
+    assert out.error is not None
+    assert out.error.startswith(f"{__name__}.{evil.__qualname__}: from the scorer")
+
+
+class ScorerError(Exception):
+    """An ordinary user exception: its class is Python code, so it comes back as text."""
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_user_exception_classes_come_back_as_text_builtin_ones_as_objects() -> None:
+    out = run(raises, (ScorerError,), budget=BUDGET)
+    assert out.status is Status.ERROR
+    assert out.exception is None
+    assert out.error is not None
+    assert "ScorerError: from the scorer" in out.error
+    assert "Traceback" in out.error
+    builtin = run(raises, (ValueError,), budget=BUDGET)
+    assert isinstance(builtin.exception, ValueError)
+    assert builtin.exception.args == ("from the scorer",)
+    opted = run(raises, (ScorerError,), budget=BUDGET, objects=True)
+    assert isinstance(opted.exception, ScorerError)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_sympy_tree_is_refused_not_rebuilt_in_the_caller() -> None:
+    sympy = pytest.importorskip("sympy")
+
+    def tree() -> Any:
+        return sympy.parse_expr("3**10**7", evaluate=False)
+
+    start = time.perf_counter()
+    out = run(tree, budget=5.0)
+    assert time.perf_counter() - start < 5.0 + GENEROUS
+    assert out.status is Status.ERROR
+    assert out.error is not None
+    assert "sympy" in out.error
+    assert "objects=True" in out.error
+
+
+def plain() -> Any:
+    return {
+        "none": None,
+        "flags": [True, False],
+        "numbers": (1, -(2**200), 0.5, float("inf"), 3 + 4j),
+        "text": "été",
+        "raw": (b"\x00\xff", bytearray(b"ab")),
+        "sets": ({1, 2}, frozenset({"a"})),
+        "nested": [[{"k": [1, [2, [3]]]}]],
+    }
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_plain_data_comes_back_as_is() -> None:
+    out = run(plain, budget=BUDGET)
+    assert out.status is Status.OK
+    assert out.value == plain()
+
+
+def fraction() -> Any:
+    from fractions import Fraction
+
+    return Fraction(1, 3)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_objects_come_back_only_when_the_caller_opts_in() -> None:
+    from fractions import Fraction
+
+    refused = run(fraction, budget=BUDGET)
+    assert refused.status is Status.ERROR
+    assert refused.error is not None
+    assert "fractions.Fraction" in refused.error
+    assert "objects=True" in refused.error
+    accepted = run(fraction, budget=BUDGET, objects=True)
+    assert accepted.status is Status.OK
+    assert accepted.value == Fraction(1, 3)
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("evil", [ExitsWhenUnpickled, InterruptsWhenUnpickled])
+def test_even_opted_in_objects_bring_no_base_exception_out_of_run(evil: type) -> None:
+    out = run(returns, (evil,), budget=BUDGET, objects=True)
+    assert out.status is Status.ERROR
+
+
+def forge_frame() -> int:
+    """Make the child write a well-framed result with a status the guard does not know.
+
+    The call runs in the child, so it can replace what writes the frame there.
+    """
+    import pickle
+
+    from pytest_rewardhang.guard import _child
+
+    def forged(frame: tuple[Any, ...]) -> bytes:
+        return pickle.dumps(("pwned", None, None, None, 0))
+
+    setattr(_child, "pickle_frame", forged)  # noqa: B010 - private name, not exported
+    return 1
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_forged_result_frame_is_an_error_not_an_exception() -> None:
+    out = run(forge_frame, budget=BUDGET)
+    assert out.status is Status.ERROR
+    assert out.error is not None
+    assert "malformed" in out.error
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("exc_type", [SystemExit, KeyboardInterrupt, GeneratorExit])
+def test_guarded_never_reraises_exit_or_interrupt_from_the_child(
+    exc_type: type[BaseException],
+) -> None:
+    scorer = guarded(BUDGET)(raises)
+    with pytest.raises(CallFailed, match=exc_type.__name__):
+        scorer(exc_type)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_guarded_still_reraises_a_builtin_exception_as_itself() -> None:
+    scorer = guarded(BUDGET)(raises)
+    with pytest.raises(ValueError, match="from the scorer"):
+        scorer(ValueError)
+
+
+# --- 3. interrupts are safe ------------------------------------------------------------------
+
+
+def test_a_sigint_storm_leaves_no_process_zombie_or_descriptor() -> None:
+    """A 1 kHz SIGINT storm at a caller calling run() in a loop; then nothing is left."""
+    script = textwrap.dedent(
+        f"""
+        import os, sys, time, json, signal
+        sys.path.insert(0, {ROOT!r})
+        from pytest_rewardhang.guard import run
+
+        armed = False
+
+        def on_sigint(signum, frame):
+            if armed:  # anywhere inside run(), never in this loop's bookkeeping
+                raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, on_sigint)
+
+        def quick():
+            return 1
+
+        def slow():
+            time.sleep(0.02)
+            return 2
+
+        def kids():
+            found = []
+            for tid in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{{tid}}/children") as f:
+                    found += f.read().split()
+            return found
+
+        run(quick)  # warm: imports, caches
+        before = len(os.listdir("/proc/self/fd"))
+        print("ready", flush=True)
+        calls = interrupted = 0
+        while not os.path.exists(sys.argv[1]):
+            try:
+                armed = True
+                run(slow if calls % 2 else quick, budget=0.5)
+                armed = False
+                calls += 1
+            except KeyboardInterrupt:
+                armed = False
+                interrupted += 1
+        time.sleep(0.3)  # what a killed call left is slow to exit, not left behind
+        print(json.dumps({{"calls": calls, "interrupted": interrupted, "kids": kids(),
+                           "fds_before": before,
+                           "fds_after": len(os.listdir("/proc/self/fd"))}}), flush=True)
+        """
+    )
+    stop = Path(tempfile.gettempdir()) / f"stop-{os.getpid()}-{time.monotonic_ns()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(stop)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            os.kill(proc.pid, signal.SIGINT)
+            time.sleep(0.001)
+        stop.touch()
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            kill_everything_below(proc)
+        stop.unlink(missing_ok=True)
+    assert proc.returncode == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["interrupted"] > 0, result
+    assert result["kids"] == [], result
+    assert result["fds_after"] == result["fds_before"], result
+
+
+# --- 4. honest statuses and portability ------------------------------------------------------
+
+
+def dies_of_segv_at_the_dump() -> None:
+    """What deep C recursion does at the deadline: the dump handler overflows the stack."""
+    import faulthandler
+
+    faulthandler.disable()
+
+    def on_dump(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    signal.signal(DUMP_SIGNAL, on_dump)
+    while True:
+        pass
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_segfault_caused_by_the_stack_dump_is_a_timeout() -> None:
+    out = run(dies_of_segv_at_the_dump, budget=BUDGET)
+    assert out.status is Status.TIMEOUT, out.describe()
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_segfault_well_before_the_deadline_is_still_a_crash() -> None:
+    out = run(os.kill, (0, 0), budget=BUDGET)  # warm
+    out = run(_segfault, budget=BUDGET)
+    assert out.status is Status.CRASHED
+    assert out.signal == signal.SIGSEGV
+
+
+def _segfault() -> None:
+    signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        "signal.signal(signal.SIGCHLD, signal.SIG_IGN)",
+        # In the caller only: this is run()'s caller side on a kernel before 5.3.
+        "CALLER = os.getpid()\nreal = os.pidfd_open\n"
+        "def no_pidfd(pid, flags=0):\n"
+        "    if os.getpid() == CALLER:\n"
+        "        raise OSError(38, 'Function not implemented')\n"
+        "    return real(pid, flags)\n"
+        "os.pidfd_open = no_pidfd",
+    ],
+    ids=["caller-ignores-SIGCHLD", "no-pidfd_open"],
+)
+def test_run_works_without_a_pidfd_or_a_wait_status(setup: str) -> None:
+    result = in_subprocess(
+        f"""
+import warnings
+warnings.simplefilter("ignore")
+{setup}
+
+def hang():
+    while True:
+        pass
+
+def quick():
+    return 5
+
+before = fds()
+outcomes = []
+for fn in (quick, os._exit, hang, quick):
+    start = time.monotonic()
+    try:
+        out = run(fn, (3,) if fn is os._exit else (), budget=0.5)
+        outcomes.append([out.status, out.value, time.monotonic() - start])
+    except BaseException as exc:
+        outcomes.append(["raised", repr(exc), time.monotonic() - start])
+time.sleep(0.2)
+print(json.dumps({{"outcomes": outcomes, "left": descendants(), "fds": fds() == before}}))
+"""
+    )
+    statuses = [o[0] for o in result["outcomes"]]
+    assert statuses == ["ok", "crashed", "timeout", "ok"], result
+    assert result["outcomes"][0][1] == 5
+    assert all(o[2] < 0.5 + GENEROUS for o in result["outcomes"]), result
+    assert result["left"] == []
+    assert result["fds"]
+
+
+def test_pidfd_failing_after_the_fork_kills_the_child_and_leaks_nothing() -> None:
+    """pidfd_open fails after the fork (ESRCH): the call still gets its deadline and its kill."""
+    result = in_subprocess(
+        """
+        import warnings
+        warnings.simplefilter("ignore")
+        real = os.pidfd_open
+        CALLER = os.getpid()
+        def flaky(pid, flags=0):
+            if os.getpid() == CALLER and pid != CALLER:
+                raise ProcessLookupError(3, "No such process")
+            return real(pid, flags)
+        os.pidfd_open = flaky
+
+        def hang():
+            time.sleep(60)
+
+        before = fds()
+        start = time.monotonic()
+        out = run(hang, budget=0.5)
+        elapsed = time.monotonic() - start
+        time.sleep(0.2)
+        print(json.dumps({"status": out.status, "elapsed": elapsed, "left": descendants(),
+                          "fds": fds() == before}))
+        """
+    )
+    assert result["status"] == Status.TIMEOUT
+    assert result["elapsed"] < 0.5 + GENEROUS
+    assert result["left"] == []
+    assert result["fds"]
