@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 import time
@@ -87,3 +88,22 @@ def no_leaks() -> Iterator[None]:
     # listdir's own descriptor shows up in both listings, so the sets compare like for like.
     assert set(os.listdir("/proc/self/fd")) == fds, "descriptors left open"
     assert set(os.listdir(tempfile.gettempdir())) - temps == set(), "temp files left behind"
+
+
+#: The optional dependency groups that tests mark with ``needs_extra(name)``, and the module
+#: whose presence shows the group is installed.
+_EXTRA_MODULES = {"ray": "ray"}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``needs_extra("ray")`` skips, saying how to install the group, where it is
+    missing; where ``REWARDHANG_REQUIRE_EXTRAS`` names the group (CI does), it fails instead."""
+    for marker in item.iter_markers("needs_extra"):
+        (name,) = marker.args
+        if importlib.util.find_spec(_EXTRA_MODULES[name]) is not None:
+            continue
+        required = os.environ.get("REWARDHANG_REQUIRE_EXTRAS", "").split(",")
+        text = f"needs the {name!r} extra: pip install -e '.[{name}]'"
+        if name in required:
+            pytest.fail(f"{text} (REWARDHANG_REQUIRE_EXTRAS={','.join(required)})")
+        pytest.skip(text)

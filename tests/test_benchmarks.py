@@ -1,15 +1,19 @@
-"""The guard benchmark still runs end to end. Its timings are its output, never asserted here."""
+"""The benchmarks still run end to end. Their timings are their output, never asserted here."""
 
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_guard.py"
+from pytest_rewardhang.guard import Status
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCH = BENCHMARKS / "bench_guard.py"
 
 
 def importable(name: str) -> bool:
@@ -43,3 +47,74 @@ def test_quick_benchmark_prints_the_table() -> None:
         assert "pebble: skipped" in done.stdout
     assert "`guard.run` overhead:" in done.stdout
     assert "CPUs" in done.stdout
+
+
+def table_rows(stdout: str) -> list[list[str]]:
+    """The cells of every Markdown table row printed, separator rows left out."""
+    rows = [line for line in stdout.splitlines() if line.startswith("| ")]
+    cells = [[cell.strip() for cell in row.strip().strip("|").split("|")] for row in rows]
+    return [row for row in cells if not all(set(cell) <= set("-: ") for cell in row)]
+
+
+def run_quick(script: str, bound: float) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=bound,  # inside the pytest-timeout bound, so a hang fails with the output in hand
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+LATENESS_KINDS = (
+    "C loop",
+    "Python loop",
+    "sleep",
+    "lock",
+    "blocked read",
+    "stopped self",
+    "all catchable signals",
+    "8 busy threads",
+    "50 busy forks",
+    "4 busy setsid grandchildren",
+    "output flood",
+    "1 GiB touched",
+    "vfork wait",
+)
+
+
+@pytest.mark.timeout(180)
+def test_quick_lateness_benchmark_prints_the_table() -> None:
+    # ~30 s on an idle 2-core machine; a kind that freezes its caller costs a few seconds more.
+    stdout = run_quick("bench_lateness.py", bound=170)
+    header, *rows = table_rows(stdout)
+    assert header[0] == "kind"
+    assert header[1].startswith("run p50 / p99 / max")
+    assert header[2].startswith("Pool p50 / p99 / max")
+    assert header[4:6] == ["left running", "meets target"], header
+    assert len(rows) == len(LATENESS_KINDS), stdout
+    for row, kind in zip(rows, LATENESS_KINDS, strict=True):
+        assert row[0].startswith(kind), (row, kind)
+        assert len(row) == len(header), row
+        for cell in row[1:3]:  # three numbers, or the caller never got control back
+            assert re.fullmatch(r"-?\d+ / -?\d+ / -?\d+", cell) or cell.startswith("**never**"), row
+        assert row[5] == "yes" or row[5].startswith("**no**"), row
+    assert "CPUs" in stdout
+    assert "load average" in stdout
+
+
+@pytest.mark.timeout(120)
+def test_quick_soak_benchmark_prints_the_tables() -> None:
+    stdout = run_quick("bench_soak.py", bound=110)
+    rows = table_rows(stdout)
+    assert rows[0][:3] == ["status", "expected", "observed"], rows[0]
+    statuses = {row[0] for row in rows[1:] if row[0] in {s.value for s in Status}}
+    assert {"ok", "error", "timeout", "crashed", "memory"} <= statuses, stdout
+    checks = {row[0]: row for row in rows if len(row) == 4}
+    for check in ("lost items", "duplicated items", "processes left after `close()`", "caller fds"):
+        assert any(text.startswith(check) for text in checks), (check, stdout)
+    assert all(row[3] in ("yes", "**NO**") for row in checks.values() if row[0] != "check")
+    assert re.search(r"^Verdict: (PASS|FAIL): 500 items", stdout, re.MULTILINE), stdout
+    assert "CPUs" in stdout
