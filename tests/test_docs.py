@@ -716,8 +716,9 @@ def assert_shape(documented: Any, real: Any, where: str) -> None:
 
 PARSED = {page.relative_to(ROOT).as_posix(): parse_page(page) for page in PAGES}
 BLOCKS = [block for page in PARSED.values() for block in page.blocks]
-#: Skipped blocks of code (text and yaml aside): keep this set small and every reason honest.
-MAX_SKIPPED = 7
+#: Skipped blocks of code (text and yaml aside): keep this set small and every reason honest
+#: (four of them are the benchmarks, whose --quick runs tests/test_benchmarks.py makes).
+MAX_SKIPPED = 9
 
 
 def test_blocks_are_found() -> None:

@@ -74,10 +74,13 @@ _FOREVER_S = 1e9
 _MAX_BATCH = 256
 #: poll()'s longest timeout, in ms (a C int); any budget works.
 _MAX_POLL_MS = 1 << 30
-#: How long the zygote may take to say it killed a worker (it does so before reaping), and to
-#: fork one: past these the caller takes it for stopped or stuck, kills it and everything below
-#: it itself, and starts another.
+#: How long the zygote may take to acknowledge a kill (it does so before killing), and to fork
+#: a worker: past these the caller takes it for stuck, kills it and everything below it itself,
+#: and starts another. A late acknowledgement is judged every ``_ACK_S``: a zygote stopped (an
+#: item sent it SIGSTOP) is replaced at once; one merely slow to be scheduled, on a busy
+#: machine, gets up to ``_BUSY_ACK_S``, so that load alone never costs innocent items.
 _ACK_S = 0.05
+_BUSY_ACK_S = 1.0
 _FORK_S = 10.0
 #: How long a killed worker may take to be reported reaped before its item is accounted for
 #: anyway (a process in uninterruptible sleep may take indefinitely).
@@ -398,7 +401,11 @@ class _Engine:
                 earliest = min(earliest, worker.requested + _FORK_S)
                 continue
             if worker.kill_for is not None:
-                limit = _REAPED_S if worker.acked else _ACK_S
+                if worker.acked:
+                    limit = _REAPED_S
+                else:  # the next look: every _ACK_S, until _BUSY_ACK_S
+                    looks = math.floor((time.monotonic() - worker.kill_time) / _ACK_S) + 1
+                    limit = min(looks * _ACK_S, _BUSY_ACK_S)
                 earliest = min(earliest, worker.kill_time + limit)
                 continue
             current = worker.current()
@@ -461,11 +468,18 @@ class _Engine:
                     self._on_death(worker, -1, math.nan, 0.0, 0)
                 continue
             else:
-                late = now >= worker.kill_time + _ACK_S
+                waited = now - worker.kill_time
+                late = waited >= _BUSY_ACK_S or (
+                    waited >= _ACK_S and self.zygote is not None and self._zygote_stopped()
+                )
             if late:
                 self._replace_zygote("stopped answering")
                 return True
         return False
+
+    def _zygote_stopped(self) -> bool:
+        assert self.zygote is not None
+        return _proctree.stopped(self.zygote.pid)
 
     def _replace_zygote(self, why: str) -> None:
         """Kill the zygote and everything below it, account for its workers' items, restart."""

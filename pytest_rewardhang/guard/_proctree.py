@@ -260,6 +260,16 @@ def _alive(pid: int) -> bool:
     return _state(pid)[0]
 
 
+def stopped(pid: int) -> bool:
+    """Stopped by a signal (or traced): it will not run until someone continues it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :].split()[0] in (b"T", b"t")
+
+
 def _state(pid: int) -> tuple[bool, bool]:
     """:func:`_alive`, and whether it is the init of a PID namespace below ours: a guard's
     (ours, or a nested guard's), killed with the rest but not counted as left running."""

@@ -209,11 +209,12 @@ class _Zygote:  # pragma: no cover - zygote only
         Says so at once, whether or not the worker was still there: the caller replaces a
         zygote that does not answer a kill in time (stopped, say, by an item).
         """
+        # Said first: killing a fork storm takes a while, and a zygote busy killing is not stuck.
+        with contextlib.suppress(OSError):
+            self.sock.send(MSG_KILLED + WID.pack(wid))
         if wid in self.workers and wid not in self.killed:
             pid, pidfd = self.workers[wid]
             self.killed[wid] = _proctree.kill_tree(pid, pidfd)
-        with contextlib.suppress(OSError):
-            self.sock.send(MSG_KILLED + WID.pack(wid))
 
     def reap(self, wid: int, leaked: int) -> None:
         """Reap a dead worker and what it left running; tell the caller."""
