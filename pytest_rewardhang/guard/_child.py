@@ -7,6 +7,7 @@ memory limit), making one call into a result frame, and run's child from its for
 from __future__ import annotations
 
 import faulthandler
+import inspect
 import os
 import pickle
 import resource
@@ -65,9 +66,16 @@ def setup_child(
 def call(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> tuple[Any, ...]:  # pragma: no cover - child only
-    """``(status, value, error, pickled exception)`` of one call, its output flushed."""
+    """``(status, value, error, pickled exception)`` of one call, its output flushed.
+
+    An ``async def`` scorer (or one returning any awaitable) is awaited here, on a fresh event
+    loop, so its deadline covers the awaiting too and a coroutine never has to be pickled.
+    """
     try:
-        frame: tuple[Any, ...] = (Status.OK.value, fn(*args, **kwargs), None, None)
+        value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = awaited(value)
+        frame: tuple[Any, ...] = (Status.OK.value, value, None, None)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are results too
         frame = _error_frame(exc)
     for stream in (sys.stdout, sys.stderr):
@@ -77,6 +85,18 @@ def call(
         except BaseException:  # noqa: BLE001, S110 - the call may have closed or replaced them
             pass
     return frame
+
+
+def awaited(awaitable: Any) -> Any:
+    """What an awaitable a scorer returned comes to, awaited on a loop of its own."""
+    import asyncio
+
+    async def wait() -> Any:
+        return await awaitable
+
+    # asyncio.run, not a loop kept per worker: tasks the item left behind are cancelled with
+    # its loop instead of running on into the next item.
+    return asyncio.run(wait())
 
 
 def _error_frame(exc: BaseException) -> tuple[Any, ...]:  # pragma: no cover - child only

@@ -9,6 +9,7 @@ runs the call in the child, and SIGKILLs the child and all its descendants at th
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import math
 import os
@@ -22,6 +23,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar, overload
 
+from ._child import awaited
 from ._fork import run_forked
 from ._outcome import Mechanism, Outcome, Status, raised
 
@@ -111,15 +113,32 @@ def guarded(
     _check_limits(budget, memory_mb)  # now, not at the first call in the middle of training
 
     def decorate(fn: Callable[P, R]) -> Callable[P, Any]:
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            out = run(fn, args, kwargs, budget=budget, memory_mb=memory_mb, objects=objects)
+        def result(out: Outcome) -> Any:
             if out.status is Status.OK:
                 return out.value
             if out.status is Status.ERROR:
                 raise _reraisable(out)
             log.warning("%s: %s; returned %r", fn.__qualname__, out.describe(), default)
             return default
+
+        if inspect.iscoroutinefunction(fn):
+            # Awaitable in turn, and the waiting happens on a thread: the caller's loop runs on.
+            @functools.wraps(fn)
+            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                import asyncio
+
+                call = functools.partial(
+                    run, fn, args, kwargs, budget=budget, memory_mb=memory_mb, objects=objects
+                )
+                return result(await asyncio.to_thread(call))
+
+            return async_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return result(
+                run(fn, args, kwargs, budget=budget, memory_mb=memory_mb, objects=objects)
+            )
 
         return wrapper
 
@@ -171,6 +190,8 @@ def _run_with_alarm(
         try:
             signal.setitimer(signal.ITIMER_REAL, budget)
             value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = awaited(value)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except _AlarmTimeout:
@@ -190,6 +211,8 @@ def _run_unbounded(
     cpu = time.process_time()
     try:
         value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = awaited(value)
     except BaseException as exc:  # noqa: BLE001 - the call's failure is its outcome
         return _in_process_error(exc, Mechanism.UNBOUNDED, start, cpu, budget)
     return _in_process(Status.OK, Mechanism.UNBOUNDED, start, cpu, budget, value=value)
