@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import datetime
 import functools
 import json
@@ -43,6 +42,9 @@ from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
 from pytest_rewardhang.guard import Status, run
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _procs import die_with_parent
 
 try:
     from pebble import concurrent as pebble_concurrent
@@ -73,29 +75,15 @@ def scorer(solution: str, ground_truth: str) -> float:
     return float(solution.strip() == ground_truth)
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
-def _die_with_parent() -> None:
-    libc = _libc()
-    if libc is not None:
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
 def c_hang() -> int:
     # A peer's child must not outlive a worker killed from outside (the mp and pebble children
     # have no PR_SET_PDEATHSIG of their own); RLIMIT_CPU only stops it seconds later.
-    _die_with_parent()
+    die_with_parent()
     return sum(range(10**13))
 
 
 def swallowing_loop() -> None:
-    _die_with_parent()
+    die_with_parent()
     n = 0
     while True:
         try:
@@ -296,7 +284,7 @@ def _running(pid: int) -> bool:
 
 def hang_worker(peer_key: str, scenario: str, budget: float) -> NoReturn:
     """In a throwaway process: one hang through one peer; prints a JSON line, then exits."""
-    _die_with_parent()
+    die_with_parent()
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S + 2))
     start = time.perf_counter()
     _, thread_alive = BY_KEY[peer_key].hang(HANGS[scenario], (), budget)

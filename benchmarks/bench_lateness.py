@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import datetime
-import functools
 import json
 import math
 import os
@@ -52,7 +50,9 @@ from typing import Any, NoReturn
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _procs  # noqa: E402
 import lateness_scorers  # noqa: E402 - found through the line above, as the pool's zygote finds it
+from _procs import Proc, die_with_parent  # noqa: E402
 
 from pytest_rewardhang.guard import Pool, Status, run  # noqa: E402
 
@@ -93,51 +93,6 @@ QUICK = Plan(run_reps=2, pool_maps=2, hangs_per_map=2, stuck_after_s=3.0)
 # --- processes -------------------------------------------------------------------------------
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
-def _die_with_parent() -> None:
-    libc = _libc()
-    if libc is not None:
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-@dataclass(frozen=True)
-class Proc:
-    pid: int
-    ppid: int
-    state: str
-    comm: str
-
-
-def _processes() -> Iterator[Proc]:
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        close = stat.rindex(b")")
-        fields = stat[close + 2 :].split()
-        comm = stat[stat.index(b"(") + 1 : close].decode("utf-8", "replace")
-        yield Proc(int(name), int(fields[1]), fields[0].decode(), comm)
-
-
-def _has_tag(pid: int, tag: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return tag in f.read()
-    except OSError:
-        return False
-
-
 def kill_pending(pid: int) -> bool:
     """SIGKILL already sent to ``pid`` but not yet acted on: killed, not yet dead."""
     bit = 1 << (signal.SIGKILL - 1)
@@ -150,32 +105,16 @@ def kill_pending(pid: int) -> bool:
 
 
 def tagged(tag: str) -> tuple[list[Proc], list[Proc]]:
-    """``(live, zombies)``: live processes carrying ``tag`` in their environment, and zombies
-    whose parent does (a zombie's environment can no longer be read)."""
-    marker = f"{TAG_VAR}={tag}".encode()
-    procs = list(_processes())
-    live = [p for p in procs if p.state not in ("Z", "X") and _has_tag(p.pid, marker)]
-    parents = {p.pid for p in live}
-    zombies = [p for p in procs if p.state == "Z" and p.ppid in parents]
-    return live, zombies
+    return _procs.tagged(TAG_VAR, tag)
 
 
 def kill_tagged(tag: str, spare: frozenset[int] = frozenset(), *, hangs_only: bool) -> None:
     """SIGKILL the processes carrying ``tag`` (only the hangs' when ``hangs_only``), bounded."""
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:
-        live, _ = tagged(tag)
-        victims = [
-            p
-            for p in live
-            if p.pid not in spare and (not hangs_only or p.comm == lateness_scorers.HANG_NAME)
-        ]
-        if not victims:
-            return
-        for p in victims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGKILL)
-        time.sleep(0.02)
+    _procs.kill_tagged(
+        TAG_VAR,
+        tag,
+        lambda p: p.pid not in spare and (not hangs_only or p.comm == lateness_scorers.HANG_NAME),
+    )
 
 
 # --- the worker: one kind, one of run / Pool, in a throwaway process --------------------------
@@ -220,7 +159,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def worker(mode: str, kind: str, plan: Plan, tag: str, scratch: str) -> NoReturn:
-    _die_with_parent()
+    die_with_parent()
     resource.setrlimit(resource.RLIMIT_CPU, (WORKER_CPU_S, WORKER_CPU_S + 2))
     score = lateness_scorers.score
     if mode == "run":

@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import ctypes
 import datetime
-import functools
 import json
 import math
 import os
@@ -47,7 +45,9 @@ from typing import Any, NoReturn
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _procs  # noqa: E402
 import soak_scorers  # noqa: E402 - found through the line above, as the pool's zygote finds it
+from _procs import Proc, die_with_parent  # noqa: E402
 
 from pytest_rewardhang.guard import Outcome, Pool, Status  # noqa: E402
 
@@ -97,69 +97,12 @@ def make_kinds(count: int) -> list[str]:
 # --- processes -------------------------------------------------------------------------------
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
-@dataclass(frozen=True)
-class Proc:
-    pid: int
-    ppid: int
-    state: str
-    comm: str
-
-
-def _processes() -> list[Proc]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        close = stat.rindex(b")")
-        fields = stat[close + 2 :].split()
-        comm = stat[stat.index(b"(") + 1 : close].decode("utf-8", "replace")
-        found.append(Proc(int(name), int(fields[1]), fields[0].decode(), comm))
-    return found
-
-
 def tagged(tag: str) -> tuple[list[Proc], list[Proc]]:
-    """``(live, zombies)``: live processes carrying ``tag`` in their environment, and zombies
-    whose parent does or whose parent is this process (a zombie's environment is gone)."""
-    marker = f"{TAG_VAR}={tag}".encode()
-    procs = _processes()
-    live = []
-    for p in procs:
-        if p.state in ("Z", "X"):
-            continue
-        try:
-            with open(f"/proc/{p.pid}/environ", "rb") as f:
-                if marker in f.read():
-                    live.append(p)
-        except OSError:
-            continue
-    parents = {p.pid for p in live} | {os.getpid()}
-    zombies = [p for p in procs if p.state == "Z" and p.ppid in parents]
-    return live, zombies
+    return _procs.tagged(TAG_VAR, tag)
 
 
 def kill_tagged(tag: str, spare: int) -> None:
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:
-        victims = [p for p in tagged(tag)[0] if p.pid != spare]
-        if not victims:
-            return
-        for p in victims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGKILL)
-        time.sleep(0.02)
+    _procs.kill_tagged(TAG_VAR, tag, lambda p: p.pid != spare)
 
 
 def fd_count() -> int:
@@ -230,9 +173,7 @@ def census(tag: str) -> dict[str, int]:
 
 
 def caller(plan: Plan, tag: str) -> NoReturn:
-    _libc_ = _libc()
-    if _libc_ is not None:
-        _libc_.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    die_with_parent()
     resource.setrlimit(resource.RLIMIT_CPU, (CALLER_CPU_S, CALLER_CPU_S + 2))
     kinds = make_kinds(plan.items)
     items = [(index, kind) for index, kind in enumerate(kinds)]

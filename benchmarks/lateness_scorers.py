@@ -11,16 +11,19 @@ killing a hang's descendants is the guard's job, and what it leaves is what the 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
-import functools
 import hashlib
 import os
 import resource
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
+
+# Loaded by file path in the pool's zygote, a fresh interpreter: find _procs beside us.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _procs import set_name
 
 #: The process name every hang's processes carry (``/proc/<pid>/comm``, at most 15 bytes).
 HANG_NAME = "bench-hang"
@@ -29,24 +32,13 @@ HANG_CPU_S = 20
 #: Seconds a sleeping hang sleeps: far past any budget, yet nothing sleeps on for good.
 HANG_SLEEP_S = 120.0
 
-_PR_SET_NAME = 15
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _GIB = 1 << 30
 _PAGE = 4096
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
 def _mark() -> None:
-    libc = _libc()
-    if libc is not None:
-        libc.prctl(_PR_SET_NAME, HANG_NAME.encode(), 0, 0, 0)
+    set_name(HANG_NAME)
     # Relative to what this process has used: a warm pool worker may have run other items.
     usage = resource.getrusage(resource.RUSAGE_SELF)
     limit = int(usage.ru_utime + usage.ru_stime) + HANG_CPU_S

@@ -10,18 +10,20 @@ benchmark starts outlives it for long even if the guard misses it.
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
 import resource
 import sys
 import time
+
+# Loaded by file path in the pool's zygote, a fresh interpreter: find _procs beside us.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _procs import set_name
 
 #: The process name of the setsid children the ``"setsid"`` items leave behind.
 ORPHAN_NAME = "soak-orphan"
 ORPHAN_SLEEP_S = 60.0
 HANG_CPU_S = 20
 BOMB_BYTES = 1 << 30
-_PR_SET_NAME = 15
 
 #: kind -> the status its outcome must have (``setsid`` items return, leaving a child behind).
 EXPECTED = {
@@ -36,18 +38,8 @@ EXPECTED = {
 EXIT_CODE = 7
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
 def _orphan() -> None:
-    libc = _libc()
-    if libc is not None:
-        libc.prctl(_PR_SET_NAME, ORPHAN_NAME.encode(), 0, 0, 0)
+    set_name(ORPHAN_NAME)
     os.setsid()
     time.sleep(ORPHAN_SLEEP_S)
 

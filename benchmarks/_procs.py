@@ -1,0 +1,98 @@
+"""Process bookkeeping the benchmarks share: dying with the benchmark, naming, finding, killing.
+
+Benchmarks run real hangs; these make sure none of them outlives the benchmark, and let a
+benchmark count what a guarded call left behind by a tag in the processes' environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies (a worker killed from outside takes it along)."""
+    libc = _libc()
+    if libc is not None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def set_name(name: str) -> None:
+    """The name ``/proc/PID/stat`` shows, so a benchmark can tell its hangs from the rest."""
+    libc = _libc()
+    if libc is not None:
+        libc.prctl(_PR_SET_NAME, name.encode(), 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    state: str
+    comm: str
+
+
+def processes() -> list[Proc]:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        close = stat.rindex(b")")
+        fields = stat[close + 2 :].split()
+        comm = stat[stat.index(b"(") + 1 : close].decode("utf-8", "replace")
+        found.append(Proc(int(name), int(fields[1]), fields[0].decode(), comm))
+    return found
+
+
+def _has(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in f.read()
+    except OSError:
+        return False
+
+
+def tagged(var: str, tag: str) -> tuple[list[Proc], list[Proc]]:
+    """``(live, zombies)``: live processes with ``var=tag`` in their environment, and zombies
+    whose parent has it or is this process (a zombie's environment can no longer be read)."""
+    marker = f"{var}={tag}".encode()
+    procs = processes()
+    live = [p for p in procs if p.state not in ("Z", "X") and _has(p.pid, marker)]
+    parents = {p.pid for p in live} | {os.getpid()}
+    zombies = [p for p in procs if p.state == "Z" and p.ppid in parents]
+    return live, zombies
+
+
+def kill_tagged(var: str, tag: str, victim: Callable[[Proc], bool] = lambda p: True) -> None:
+    """SIGKILL the live processes tagged ``var=tag`` that ``victim`` picks; bounded at 5 s."""
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        victims = [p for p in tagged(var, tag)[0] if victim(p)]
+        if not victims:
+            return
+        for p in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+        time.sleep(0.02)
