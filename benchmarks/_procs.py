@@ -1,4 +1,5 @@
-"""Process bookkeeping the benchmarks share: dying with the benchmark, naming, finding, killing.
+"""Process bookkeeping the benchmarks share: dying with the benchmark, naming, finding, killing,
+and the machine line under each table.
 
 Benchmarks run real hangs; these make sure none of them outlives the benchmark, and let a
 benchmark count what a guarded call left behind by a tag in the processes' environment.
@@ -10,6 +11,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import platform
 import signal
 import time
 from collections.abc import Callable
@@ -96,3 +98,13 @@ def kill_tagged(var: str, tag: str, victim: Callable[[Proc], bool] = lambda p: T
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.pid, signal.SIGKILL)
         time.sleep(0.02)
+
+
+def machine() -> str:
+    """The line a benchmark prints under its table: what the figures were measured on."""
+    with open("/proc/meminfo") as f:
+        total_kib = int(f.readline().split()[1])
+    return (
+        f"Python {platform.python_version()}, Linux {platform.release()}, {os.cpu_count()} CPUs, "
+        f"{total_kib / (1 << 20):.0f} GiB RAM"
+    )

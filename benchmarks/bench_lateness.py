@@ -31,7 +31,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import resource
 import select
 import shutil
@@ -52,7 +51,7 @@ sys.path.insert(0, str(HERE))
 
 import _procs  # noqa: E402
 import lateness_scorers  # noqa: E402 - found through the line above, as the pool's zygote finds it
-from _procs import Proc, die_with_parent  # noqa: E402
+from _procs import Proc, die_with_parent, machine  # noqa: E402
 
 from pytest_rewardhang.guard import Pool, Status, run  # noqa: E402
 
@@ -453,15 +452,6 @@ def table(results: dict[tuple[str, str], Measured], plan: Plan, kinds: list[str]
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def machine() -> str:
-    with open("/proc/meminfo") as f:
-        total_kib = int(f.readline().split()[1])
-    return (
-        f"Python {platform.python_version()}, Linux {platform.release()}, {os.cpu_count()} CPUs, "
-        f"{total_kib / (1 << 20):.0f} GiB RAM"
-    )
 
 
 def main() -> int:

@@ -27,7 +27,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import random
 import re
 import resource
@@ -47,7 +46,7 @@ sys.path.insert(0, str(HERE))
 
 import _procs  # noqa: E402
 import soak_scorers  # noqa: E402 - found through the line above, as the pool's zygote finds it
-from _procs import Proc, die_with_parent  # noqa: E402
+from _procs import Proc, die_with_parent, machine  # noqa: E402
 
 from pytest_rewardhang.guard import Outcome, Pool, Status  # noqa: E402
 
@@ -328,15 +327,6 @@ def report_tables(report: dict[str, Any], survivors: int, plan: Plan) -> tuple[s
     for text, value, target, passed in rows:
         lines.append(f"| {text} | {value} | {target} | {'yes' if passed else '**NO**'} |")
     return "\n".join(lines), all(passed for *_, passed in rows)
-
-
-def machine() -> str:
-    with open("/proc/meminfo") as f:
-        total_kib = int(f.readline().split()[1])
-    return (
-        f"Python {platform.python_version()}, Linux {platform.release()}, {os.cpu_count()} CPUs, "
-        f"{total_kib / (1 << 20):.0f} GiB RAM"
-    )
 
 
 def main() -> int:
