@@ -23,6 +23,24 @@ def children(pid: int | str = "self") -> set[int]:
     return found
 
 
+def pipes(exclude: frozenset[str] = frozenset()) -> dict[int, str]:
+    """This process's descriptors that are pipes, by what they link to, less ``exclude``'s.
+
+    A guarded call that writes on "every pipe" must spare the ones it inherited from the test
+    (pytest's own terminal, when it is a pipe): pass ``exclude=frozenset(pipes().values())``
+    taken in the caller.
+    """
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if link.startswith("pipe:") and link not in exclude:
+            found[int(name)] = link
+    return found
+
+
 def state(pid: int) -> str | None:
     """The process state letter (R, S, Z, ...), or None once the pid is gone."""
     try:

@@ -42,25 +42,36 @@ DUMP_LEAD_S = 0.02
 
 # --- run: the child's one result frame -------------------------------------------------------
 
-#: Payload length; then the pickled ``(status, value, error, exception, leaked)``.
-HEADER = struct.Struct("!Q")
+#: Every result frame, run's and a pool worker's, starts with this: a call that writes on the
+#: guard's result pipe (a loop over every descriptor, say) is told from an answer at once.
+MAGIC = b"RwHg"
+#: Magic, payload length; then the pickled ``(status, value, error, exception, leaked)``.
+HEADER = struct.Struct("!4sQ")
+SCRIBBLED = (
+    "the guard's result pipe held bytes that are not a result frame: the call wrote on the "
+    "guard's own descriptor"
+)
 
 
 def framed(payload: bytes) -> bytes:  # pragma: no cover - child only
     """Run's result frame around ``payload``, as the child writes it."""
-    return HEADER.pack(len(payload)) + payload
+    return HEADER.pack(MAGIC, len(payload)) + payload
 
 
 def frame_complete(buffer: bytearray) -> bool:
-    """Whether the caller holds run's whole result frame."""
-    size = len(buffer)
-    return size >= HEADER.size and size >= HEADER.size + HEADER.unpack_from(buffer)[0]
+    """Whether the caller holds run's whole result frame (or enough to know it is not one)."""
+    if len(buffer) < HEADER.size:
+        return False
+    magic, size = HEADER.unpack_from(buffer)
+    return magic != MAGIC or len(buffer) >= HEADER.size + size
 
 
 def frame_outcome(
     buffer: bytearray, leaked: int, common: dict[str, Any], *, objects: bool = False
 ) -> Outcome:
     """The :class:`Outcome` of run's whole result frame; ``leaked`` adds the caller's count."""
+    if HEADER.unpack_from(buffer)[0] != MAGIC:
+        return Outcome(Status.ERROR, error=SCRIBBLED, leaked=leaked, **common)
     try:
         frame = decode(memoryview(buffer)[HEADER.size :], objects=objects)
         status, value, error, exception, child_leaked = frame
@@ -112,33 +123,41 @@ def task_frame(
     return list(struct.unpack_from(f"!{count}Q", buffer, TASK.size)), buffer[start:end], end
 
 
-#: Result frame, one per item: payload length, output length, output bytes dropped, index,
+#: Result frame, one per item: MAGIC, payload length, output length, output bytes dropped, index,
 #: leaked, wall, cpu of the item, cpu of the worker so far, monotonic end time, peak RSS in KiB;
 #: then the output bytes and the pickled ``(status, value, error, exception)``.
-RESULT = struct.Struct("!IIQQIddddQ")
+RESULT = struct.Struct("!4sIIQQIddddQ")
+#: The index result_frames gives bytes that are not a result frame: no item has it, so the
+#: caller takes them for an answer the worker should not have sent, and replaces the worker.
+NO_ITEM = (1 << 64) - 1
+_SCRIBBLED_FIELDS = (0, 0, 0, NO_ITEM, 0, 0.0, 0.0, 0.0, 0.0, 0)
 
 
 def result_frame(
     payload: bytes, output: bytes, *fields: Any
 ) -> bytes:  # pragma: no cover - worker only
-    """An item's result frame, as the worker writes it: ``fields`` are RESULT's from the third."""
-    return RESULT.pack(len(payload), len(output), *fields) + output + payload
+    """An item's result frame, as the worker writes it: ``fields`` are RESULT's from the fourth."""
+    return RESULT.pack(MAGIC, len(payload), len(output), *fields) + output + payload
 
 
 def result_frames(buffer: bytearray) -> tuple[list[tuple[tuple[Any, ...], int]], int]:
     """The whole result frames at the start of ``buffer``, as the caller reads them.
 
-    Each one's RESULT fields and the offset of its output (its payload follows the output);
-    then how many bytes they take.
+    Each one's RESULT fields after the magic and the offset of its output (its payload follows
+    the output); then how many bytes they take. Bytes that are not a frame end the list with a
+    frame for :data:`NO_ITEM`, and are all taken.
     """
-    frames = []
+    frames: list[tuple[tuple[Any, ...], int]] = []
     offset = 0
     while len(buffer) - offset >= RESULT.size:
-        fields = RESULT.unpack_from(buffer, offset)
+        magic, *fields = RESULT.unpack_from(buffer, offset)
+        if magic != MAGIC:
+            frames.append((_SCRIBBLED_FIELDS, len(buffer)))
+            return frames, len(buffer)
         end = offset + RESULT.size + fields[1] + fields[0]
         if len(buffer) < end:
             break
-        frames.append((fields, offset + RESULT.size))
+        frames.append((tuple(fields), offset + RESULT.size))
         offset = end
     return frames, offset
 

@@ -121,9 +121,10 @@ def python_loop(*_: Any) -> int:
     return total
 
 
-def spawn_and_hang(pidfile: str, hang: bool) -> int:
-    """Leave two setsid()'d grandchildren running below the worker, then hang or return."""
-    for _ in range(2):
+def orphan_grandchildren(count: int, pidfile: str) -> list[str]:
+    """Leave ``count`` setsid()'d grandchildren sleeping, re-parented to us; their pids go to
+    ``pidfile``."""
+    for _ in range(count):
         child = os.fork()
         if child == 0:
             os.setsid()
@@ -135,6 +136,12 @@ def spawn_and_hang(pidfile: str, hang: bool) -> int:
     with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
         orphans = f.read().split()
     Path(pidfile).write_text(" ".join(orphans))
+    return orphans
+
+
+def spawn_and_hang(pidfile: str, hang: bool) -> int:
+    """Leave two setsid()'d grandchildren running below the worker, then hang or return."""
+    orphans = orphan_grandchildren(2, pidfile)
     if hang:
         time.sleep(3600)
     return len(orphans)

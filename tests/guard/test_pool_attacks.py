@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from pytest_rewardhang.guard import Pool, Status
-from tests.conftest import assert_dead, state
-from tests.guard.test_pool import Launch
+from tests.conftest import assert_dead, pipes, state
+from tests.guard.test_pool import Launch, orphan_grandchildren
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -34,6 +34,11 @@ def launch(request: pytest.FixtureRequest) -> Launch:
 
 
 # --- scorers: module level, so the zygote imports them by name --------------------------------
+
+
+#: The test process's own pipes (pytest's terminal may be one), spared by "scribble" when the
+#: pool's zygote was forked from this process.
+CALLER_PIPES = frozenset(pipes().values())
 
 
 def attack(kind: str, arg: str = "") -> Any:
@@ -78,6 +83,13 @@ def attack(kind: str, arg: str = "") -> Any:
         if os.fork():  # the child returns from the call too, without _exit, and first
             time.sleep(0.2)
         return "forked"
+    if kind == "scribble":  # garbage on every pipe the worker holds
+        for fd in pipes(CALLER_PIPES):
+            try:  # noqa: SIM105 - a read end refuses
+                os.write(fd, b"\xff" * 64)
+            except OSError:
+                pass
+        return "scribbled"
     if kind == "innocent":
         with open(os.path.join(arg, "probe"), "w") as f:
             f.write("x")
@@ -111,16 +123,7 @@ def near_deadline(log: str, i: int, seconds: float) -> int:
 
 def orphan_then_crash(pidfile: str) -> None:
     """Leave a setsid()'d grandchild running, then crash on our own."""
-    child = os.fork()
-    if child == 0:
-        os.setsid()
-        if os.fork() == 0:
-            time.sleep(3600)
-        os._exit(0)
-    os.waitpid(child, 0)
-    time.sleep(0.05)
-    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
-        Path(pidfile).write_text(f.read())
+    orphan_grandchildren(1, pidfile)
     os._exit(5)
 
 
@@ -190,6 +193,21 @@ def test_a_forked_child_of_the_call_never_answers_for_the_worker(launch: Launch)
         outs = pool.map([("fork-and-return",)] * 6 + [("umask-env-alarm",)] * 6)
         assert not pool.closed
     assert [o.value for o in outs] == ["forked"] * 6 + ["set"] * 6
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_garbage_on_the_result_pipe_costs_only_its_own_item(launch: Launch) -> None:
+    with launch.pool(attack, workers=2, budget=30.0) as pool:
+        start = time.monotonic()
+        outs = pool.map([("scribble",), ("fork-and-return",)] * 3)
+        took = time.monotonic() - start
+        assert not pool.closed
+        assert [o.value for o in pool.map([("fork-and-return",)] * 2)] == ["forked"] * 2
+    assert took < 20  # told from an answer at once, not waited on until the budget
+    for out in outs[::2]:
+        assert out.status is Status.CRASHED, out.describe()
+        assert "wrote on the worker's pipe" in (out.error or ""), out.describe()
+    assert [o.value for o in outs[1::2]] == ["forked"] * 3
 
 
 # --- exactly once -------------------------------------------------------------------------------
@@ -263,17 +281,11 @@ STORM = """
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
 from pytest_rewardhang.guard import Pool
+from tests.conftest import children
 from tests.guard.test_pool_attacks import quick
 
 def fds():
     return len(os.listdir("/proc/self/fd"))
-
-def kids():
-    found = []
-    for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{{tid}}/children") as f:
-            found += f.read().split()
-    return found
 
 {closure}
 armed = [False]
@@ -307,7 +319,7 @@ while time.monotonic() < end:
     closed += pool is None or pool.closed
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 time.sleep(0.5)
-print(interrupted, closed, fds() - baseline, len(kids()), flush=True)
+print(interrupted, closed, fds() - baseline, len(children()), flush=True)
 """
 
 

@@ -24,7 +24,7 @@ import pytest
 import pytest_rewardhang
 from pytest_rewardhang.guard import CallFailed, Status, guarded, run
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL
-from tests.conftest import children
+from tests.conftest import children, pipes
 
 #: Where the package under test is imported from, for the subprocesses.
 ROOT = str(Path(pytest_rewardhang.__file__).resolve().parents[1])
@@ -161,6 +161,28 @@ print(json.dumps({{"status": out.status, "elapsed": elapsed, "left": descendants
     assert result["elapsed"] < 0.5 + GENEROUS
     assert result["left"] == []
     assert result["fds"]
+
+
+def scribble(length_only: bool, spare: frozenset[str]) -> int:
+    """Write on every pipe this process holds, the guard's result pipe among them."""
+    garbage = (1 << 60).to_bytes(8, "little") if length_only else b"\xff" * 64
+    for fd in pipes(spare):
+        try:  # noqa: SIM105 - a read end refuses
+            os.write(fd, garbage)
+        except OSError:
+            pass
+    time.sleep(0.1)
+    return 1
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("length_only", [False, True], ids=["garbage", "huge-length"])
+def test_garbage_on_the_result_pipe_is_an_error_that_says_so(length_only: bool) -> None:
+    start = time.monotonic()
+    out = run(scribble, (length_only, frozenset(pipes().values())), budget=30)
+    assert time.monotonic() - start < 20  # never waited on until the budget
+    assert out.status is Status.ERROR, out.describe()
+    assert "not a result frame" in (out.error or "")
 
 
 @pytest.mark.usefixtures("no_leaks")
@@ -379,6 +401,7 @@ def test_a_sigint_storm_leaves_no_process_zombie_or_descriptor() -> None:
         import os, sys, time, json, signal
         sys.path.insert(0, {ROOT!r})
         from pytest_rewardhang.guard import run
+        from tests.conftest import children
 
         armed = False
 
@@ -395,13 +418,6 @@ def test_a_sigint_storm_leaves_no_process_zombie_or_descriptor() -> None:
             time.sleep(0.02)
             return 2
 
-        def kids():
-            found = []
-            for tid in os.listdir("/proc/self/task"):
-                with open(f"/proc/self/task/{{tid}}/children") as f:
-                    found += f.read().split()
-            return found
-
         run(quick)  # warm: imports, caches
         before = len(os.listdir("/proc/self/fd"))
         print("ready", flush=True)
@@ -416,7 +432,7 @@ def test_a_sigint_storm_leaves_no_process_zombie_or_descriptor() -> None:
                 armed = False
                 interrupted += 1
         time.sleep(0.3)  # what a killed call left is slow to exit, not left behind
-        print(json.dumps({{"calls": calls, "interrupted": interrupted, "kids": kids(),
+        print(json.dumps({{"calls": calls, "interrupted": interrupted, "kids": sorted(children()),
                            "fds_before": before,
                            "fds_after": len(os.listdir("/proc/self/fd"))}}), flush=True)
         """
