@@ -63,7 +63,7 @@ def frame_complete(buffer: bytearray) -> bool:
     if len(buffer) < HEADER.size:
         return False
     magic, size = HEADER.unpack_from(buffer)
-    return magic != MAGIC or len(buffer) >= HEADER.size + size
+    return bool(magic != MAGIC or len(buffer) >= HEADER.size + size)
 
 
 def frame_outcome(
