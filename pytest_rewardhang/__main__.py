@@ -1,8 +1,9 @@
 """``python -m pytest_rewardhang repro FILE``: run one saved case again, under the guard.
 
 The file is what ``--reward-hang-check`` saved for a failing case: the scorer spec, the exact
-keyword arguments and the deadline. The scorer is imported first, so the budget covers only
-the call, as it did in the check.
+keyword arguments, the deadline and the context the check called it in (the main thread, a
+worker thread or an event loop), which ``--context`` overrides. The scorer is imported first,
+so the budget covers only the call, as it did in the check.
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ import json
 import sys
 from pathlib import Path
 
-from .guard import run
-from .guard._spec import SpecError, load_callable
+from pytest_rewardhang.check._calls import CONTEXT_NAMES, ScorerCall, response_length
+from pytest_rewardhang.guard import run
+from pytest_rewardhang.guard._spec import SpecError
+
+#: Cases saved before contexts existed were called off the main thread.
+_OLD_CONTEXT = "thread"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,24 +27,39 @@ def main(argv: list[str] | None = None) -> int:
     repro = commands.add_parser("repro", help="run one saved case again under the guard")
     repro.add_argument("file", type=Path, help="a case file saved by --reward-hang-check")
     repro.add_argument("--deadline", type=float, help="seconds (default: the saved deadline)")
+    repro.add_argument(
+        "--context",
+        choices=sorted(CONTEXT_NAMES),
+        help="where to call the scorer: main (the main thread), thread (a worker thread), "
+        "loop (an event loop) (default: the context the check used)",
+    )
     args = parser.parse_args(argv)
     try:
         record = json.loads(args.file.read_text(encoding="utf-8"))
         spec, kwargs = record["spec"], record["kwargs"]
         deadline = float(args.deadline or record["deadline"])
+        context = str(args.context or record.get("context") or _OLD_CONTEXT)
+        materialize = tuple((str(a), str(b)) for a, b in record.get("materialize", []))
+        if context not in CONTEXT_NAMES:
+            raise ValueError(f"unknown context {context!r}")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         parser.error(f"{args.file}: not a saved case: {type(exc).__name__}: {exc}")
+    call = ScorerCall(spec, str(Path.cwd()), context, materialize, keep_value=True)
     try:
-        fn = load_callable(spec, Path.cwd())
+        call.load()
     except SpecError as exc:
         parser.error(str(exc))
-    chars = max((len(v) for v in kwargs.values() if isinstance(v, str)), default=0)
+    chars = record.get("chars")
+    if not isinstance(chars, int):
+        arg = record.get("response_arg")
+        values = [kwargs[arg]] if arg in kwargs else list(kwargs.values())
+        chars = max((response_length(v) for v in values), default=0)
     print(
         f"{record.get('scorer', spec)} case {record.get('case', '?')}: {chars} chars, "
-        f"deadline {deadline:g} s"
+        f"deadline {deadline:g} s, called {CONTEXT_NAMES[context]} ({context})"
     )
     # objects=True: the user's own scorer, in their own terminal, and its value is the point.
-    out = run(fn, kwargs=kwargs, budget=deadline, memory_mb=record.get("memory_mb"), objects=True)
+    out = run(call, kwargs=kwargs, budget=deadline, memory_mb=record.get("memory_mb"), objects=True)
     print(out.describe())
     if out.stack:
         print(out.stack)

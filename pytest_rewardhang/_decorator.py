@@ -20,11 +20,16 @@ def scorer(
     response: str | None = None,
     id: str | None = None,  # the key's name everywhere else
     expect: str | None = None,
+    contexts: str | list[str] | None = None,
+    style: str | None = None,
 ) -> Callable[[F], F]:
     """Mark an in-repo reward function for ``pytest --reward-hang-check``.
 
     The decorator does nothing at run time but record its arguments: the plugin finds decorated
-    functions by reading the source, without importing anything.
+    functions by reading the source, without importing anything. ``contexts`` (``"main"``,
+    ``"thread"``, ``"loop"``, as a comma-separated string or a list) says where the check calls
+    it, the first context running every case; ``style`` forces a call style (``verl``,
+    ``single``, ``trl``, ``openrlhf``, ``areal``, ``verifiers``, ``slime``, ``rllm``).
     """
     options = {
         "kind": kind,
@@ -33,6 +38,8 @@ def scorer(
         "response": response,
         "id": id,
         "expect": expect,
+        "contexts": contexts,
+        "style": style,
     }
 
     def mark(fn: F) -> F:

@@ -118,3 +118,22 @@ def test_quick_soak_benchmark_prints_the_tables() -> None:
     assert all(row[3] in ("yes", "**NO**") for row in checks.values() if row[0] != "check")
     assert re.search(r"^Verdict: (PASS|FAIL): 500 items", stdout, re.MULTILINE), stdout
     assert "CPUs" in stdout
+
+
+@pytest.mark.timeout(120)
+def test_quick_redos_benchmark_prints_the_table() -> None:
+    rows = table_rows(run_quick("bench_redos.py", 110))
+    assert rows[0][:3] == ["regex", "source", "call"]
+    assert len(rows) == 4, rows
+
+
+def test_real_code_benchmark_says_what_it_would_run() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_real_code.py"), "--dry"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "would run:" in done.stdout

@@ -1,29 +1,43 @@
-"""What the adapters share: one warm pool per scorer and process, and the fallback report."""
+"""What the adapters share: the warm pools, the scorer's signature, and scoring one sample.
+
+Every adapter turns a trainer's call into keyword arguments per sample and hands them to
+:class:`Scoring`, which submits each sample to the scorer's warm pool (concurrent callers share
+its workers), and turns each :class:`~pytest_rewardhang.guard.Outcome` into a score: the value,
+or the default with one warning line when the sample hung, crashed, ran out of memory or could
+not be shipped to a worker.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 # Absolute imports throughout the adapters: verl loads a custom reward file as a standalone
-# module ("custom_module"), where relative imports fail.
-from pytest_rewardhang.guard import Outcome, Pool, Status
+# module ("custom_module_<hash>"), where relative imports fail.
+from pytest_rewardhang.guard import Outcome, Pool, Status, run
 from pytest_rewardhang.guard._run import _reraisable
+from pytest_rewardhang.guard._spec import load_callable
 
 log = logging.getLogger("pytest_rewardhang.adapters")
+
+Scorer = Callable[..., Any] | str
 
 _pools: dict[tuple[Any, ...], Pool] = {}
 _lock = threading.Lock()
 _SNIPPET = 200
+#: How long reading a scorer's signature may take: importing it in a forked child.
+_PROBE_S = 120.0
 
 
-def pool_for(
-    scorer: Callable[..., Any] | str, budget: float, memory_mb: float | None, workers: int
-) -> Pool:
+def pool_for(scorer: Scorer, budget: float, memory_mb: float | None, workers: int) -> Pool:
     """The warm pool for this scorer and these limits, started on first use in this process."""
     # Keyed by pid too: a trainer that forks (a ProcessPoolExecutor, a dataloader) must not
     # drive its parent's workers.
@@ -44,32 +58,158 @@ def close_pools() -> None:
         pool.close()
 
 
+# --- the scorer's signature ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Accepts:
+    """The keyword arguments a scorer takes: its parameter names, and whether it has ``**``."""
+
+    names: tuple[str, ...]
+    var_keyword: bool
+    #: The scorer's own signature, for adapters whose trainer reads the wrapper's.
+    signature: inspect.Signature
+
+    def takes(self, name: str) -> bool:
+        return self.var_keyword or name in self.names
+
+    def named(self, name: str) -> bool:
+        return name in self.names
+
+
+_accepts: dict[Any, Accepts] = {}
+
+
+def accepts(scorer: Scorer) -> Accepts:
+    """The scorer's parameters; a spec is imported in a forked child, never in this process."""
+    with _lock:
+        known = _accepts.get(scorer)
+    if known is not None:
+        return known
+    if isinstance(scorer, str):
+        out = run(_parameters_of, (scorer,), budget=_PROBE_S)
+        if not out.ok:
+            reason = (out.error or out.describe()).strip().splitlines()[-1]
+            if reason.split(": ", 1)[0].endswith("SpecError"):
+                reason = reason.split(": ", 1)[1]  # already says what is wrong with the spec
+            raise ValueError(f"cannot read the signature of scorer {scorer!r}: {reason}")
+        params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in out.value[0]]
+        if out.value[1]:
+            params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
+        found = Accepts(tuple(out.value[0]), out.value[1], inspect.Signature(params))
+    else:
+        found = _accepts_of(scorer)
+    with _lock:
+        _accepts[scorer] = found
+    return found
+
+
+def _accepts_of(fn: Callable[..., Any]) -> Accepts:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: pass it everything
+        var = inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)
+        return Accepts((), True, inspect.Signature([var]))
+    names = tuple(
+        name
+        for name, p in signature.parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
+    var_keyword = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    return Accepts(names, var_keyword, signature)
+
+
+def _parameters_of(spec: str) -> tuple[list[str], bool]:  # pragma: no cover - child only
+    found = _accepts_of(load_callable(spec))
+    return list(found.names), found.var_keyword
+
+
+def only_accepted(
+    kwargs: Mapping[str, Any], took: Accepts, never: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The arguments the scorer takes; ``never`` ones only when it names them itself."""
+    skipped = frozenset(never)
+    return {
+        key: value
+        for key, value in kwargs.items()
+        if took.named(key) or (took.var_keyword and key not in skipped)
+    }
+
+
+# --- what a hung sample scores ---------------------------------------------------------------
+
+_templates: dict[Any, dict[str, Any]] = {}
+
+
+def _zero_like(value: Any) -> Any:
+    # The same type as the scorer's own values, so a trainer that stacks a column into an
+    # array (verl's reward_extra_info) gets one dtype.
+    for kind in (bool, int, float, str, list, dict, tuple):
+        if isinstance(value, kind):
+            return kind()
+    return None
+
+
+def learn(scorer: Scorer, value: Any) -> None:
+    """Remember the keys of a dict the scorer returned, for the default of a hung sample."""
+    if isinstance(value, dict) and scorer not in _templates:
+        with _lock:
+            _templates.setdefault(scorer, {k: _zero_like(v) for k, v in value.items()})
+
+
+def default_for(scorer: Scorer, default: Any) -> Any:
+    """``default``, shaped like the scorer's dict results when it returns dicts."""
+    if isinstance(default, Mapping):  # verl's Hydra hands a YAML mapping over as a DictConfig
+        return dict(default)
+    template = _templates.get(scorer)
+    if template is None:
+        return default
+    return {**template, "score": default}
+
+
+# --- one outcome, one score ------------------------------------------------------------------
+
+
+#: How the pool says a sample never reached the scorer: its arguments would not travel.
+_UNSHIPPABLE = ("the item could not be pickled", "the items could not be unpickled in the worker")
+
+
+def _unshippable(out: Outcome) -> bool:
+    error = out.error or ""
+    return out.status is Status.ERROR and any(text in error for text in _UNSHIPPABLE)
+
+
 def value_or_default(
     out: Outcome, default: Any, sample: Mapping[str, Any], hang_log: str | None, who: str
 ) -> Any:
     """The score, or ``default`` with one warning line (and a JSON line) naming the sample."""
     if out.status is Status.OK:
         return out.value
-    if out.status is Status.ERROR:
+    if out.status is Status.ERROR and not _unshippable(out):
         raise _reraisable(out)
     shown = {key: _snippet(value) for key, value in sample.items()}
-    log.warning("%s: %s; scored %r for %s", who, out.describe(), default, shown)
+    why = out.describe() if not _unshippable(out) else (out.error or "").strip()
+    log.warning("%s: %s; scored %r for %s", who, why, default, shown)
     if hang_log:
         record = {
-            "status": str(out.status),
-            "describe": out.describe(),
+            "status": "unshippable" if _unshippable(out) else str(out.status),
+            "describe": why,
             "stuck_at": out.stuck_at,
             "default": default,
             **{key: _jsonable(value) for key, value in sample.items()},
         }
-        with open(hang_log, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, default=repr) + "\n")
+        line = json.dumps(record, default=repr) + "\n"
+        with _lock, open(hang_log, "a", encoding="utf-8") as f:  # whole lines, from any thread
+            f.write(line)
     return default
 
 
 def _snippet(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > 2 * _SNIPPET:
-        return f"{value[:_SNIPPET]}...[{len(value) - 2 * _SNIPPET} chars]...{value[-_SNIPPET:]}"
+    text = value if isinstance(value, str) else None
+    if text is None and not isinstance(value, int | float | bool | type(None)):
+        text = repr(value)
+    if text is not None and len(text) > 2 * _SNIPPET:
+        return f"{text[:_SNIPPET]}...[{len(text) - 2 * _SNIPPET} chars]...{text[-_SNIPPET:]}"
     return value
 
 
@@ -79,3 +219,82 @@ def _jsonable(value: Any) -> Any:
     except (TypeError, ValueError):
         return repr(value)
     return value
+
+
+class Scoring:
+    """One scorer on its warm pool: samples in (keyword arguments), scores out, from any thread
+    or coroutine at once. What the adapters build on."""
+
+    def __init__(
+        self,
+        scorer: Scorer,
+        *,
+        budget: float = 2.0,
+        default: Any = 0.0,
+        workers: int = 2,
+        memory_mb: float | None = None,
+        hang_log: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.scorer = scorer
+        self.budget = budget
+        self.default = default
+        self.workers = workers
+        self.memory_mb = memory_mb
+        self.hang_log = hang_log
+        self.name = name or scorer_name(scorer)
+
+    def pool(self) -> Pool:
+        return pool_for(self.scorer, self.budget, self.memory_mb, self.workers)
+
+    def accepts(self) -> Accepts:
+        return accepts(self.scorer)
+
+    def submit(self, kwargs: Mapping[str, Any]) -> Future[Outcome]:
+        return self.pool().submit(**kwargs)
+
+    def result(self, out: Outcome, kwargs: Mapping[str, Any]) -> Any:
+        """The score of one sample from its outcome."""
+        if out.status is Status.OK:
+            learn(self.scorer, out.value)
+            return out.value
+        default = default_for(self.scorer, self.default)
+        return value_or_default(out, default, kwargs, self.hang_log, self.name)
+
+    def score(self, kwargs: Mapping[str, Any]) -> Any:
+        """One sample, blocking this thread only; other threads' samples run beside it."""
+        return self.result(self.submit(kwargs).result(), kwargs)
+
+    def score_many(self, samples: list[dict[str, Any]]) -> list[Any]:
+        """Samples in order, all submitted at once so that they spread over every worker."""
+        futures = [self.submit(kwargs) for kwargs in samples]
+        return [self.result(f.result(), s) for f, s in zip(futures, samples, strict=True)]
+
+    async def ascore(self, kwargs: Mapping[str, Any]) -> Any:
+        """One sample, awaited: the event loop runs on while a worker scores it."""
+        pool = await self._apool()
+        return self.result(await pool.asubmit(**kwargs), kwargs)
+
+    async def ascore_many(self, samples: list[dict[str, Any]]) -> list[Any]:
+        return list(await asyncio.gather(*(self.ascore(kwargs) for kwargs in samples)))
+
+    async def aaccepts(self) -> Accepts:
+        """:meth:`accepts` without blocking the event loop the first time (a forked probe)."""
+        if self.scorer in _accepts:
+            return _accepts[self.scorer]
+        return await asyncio.to_thread(self.accepts)
+
+    async def _apool(self) -> Pool:
+        key = (self.scorer, float(self.budget), self.memory_mb, self.workers, os.getpid())
+        pool = _pools.get(key)
+        if pool is not None and not pool.closed:
+            return pool
+        # Starting a pool waits for its zygote to import the scorer: not on the event loop.
+        return await asyncio.to_thread(self.pool)
+
+
+def scorer_name(scorer: Scorer) -> str:
+    """What trainers log the scorer under: the function's name."""
+    if isinstance(scorer, str):
+        return scorer.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+    return str(getattr(scorer, "__name__", type(scorer).__name__))

@@ -1,28 +1,35 @@
-"""TRL-style reward functions (``reward_func(completions, **kwargs) -> list[float]``) on a pool.
+"""TRL reward functions (``reward_func(prompts, completions, **kwargs) -> list[float]``) on a pool.
 
 Wrap a per-sample scorer and pass the result in ``GRPOTrainer(reward_funcs=[...])``::
 
-    from pytest_rewardhang.adapters.trl import pooled_reward
+    from pytest_rewardhang.adapters.trl import async_pooled_reward, pooled_reward
     accuracy = pooled_reward("my_rewards.math:accuracy", budget=2.0, default=0.0)
+    accuracy = async_pooled_reward("my_rewards.math:accuracy")  # TRL awaits it, beside others
 
-TRL calls it with the batch's completions and every dataset column as a list; the scorer is
-called once per sample as ``scorer(completion=..., <column>=<that sample's value>, ...)`` on
-warm workers, each under ``budget`` seconds. A sample that hangs, crashes or blows its memory
-scores ``default`` (``None`` tells TRL to ignore it) with one warning line; an exception the
-scorer raises is raised here.
+TRL calls a reward function with the batch: ``prompts``, ``completions``, ``completion_ids``,
+every dataset column as a list, and batch-wide objects (``trainer_state``, ``log_extra``,
+``log_metric``, ``environments``). The scorer is called once per sample, with that sample's
+``completion``, ``prompt`` and column values, only those its signature takes (all of them if it
+has ``**kwargs``); the batch-wide arguments and ``completion_ids`` are never shipped to a worker.
+All samples are submitted at once and spread over the pool's warm workers, each under
+``budget`` seconds. A sample that hangs, crashes, blows its memory or cannot be pickled scores
+``default`` (``None`` tells TRL to ignore it) with one warning line; an exception the scorer
+raises is raised here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
 
-__all__ = ["PooledReward", "pooled_reward"]
+__all__ = ["PooledReward", "async_pooled_reward", "pooled_reward"]
 
-#: Batch-wide arguments TRL passes that are not per-sample dataset columns worth shipping.
-_NOT_COLUMNS = frozenset({"completion_ids", "trainer_state"})
+#: What TRL passes for the whole batch, or that is no use to a per-sample scorer: never shipped.
+_BATCH_WIDE = frozenset(
+    {"completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
 
 
 class PooledReward:
@@ -40,39 +47,82 @@ class PooledReward:
         hang_log: str | None = None,
         name: str | None = None,
     ) -> None:
-        self.scorer = scorer
-        self.budget = budget
-        self.default = default
-        self.workers = workers
-        self.memory_mb = memory_mb
-        self.columns = None if columns is None else frozenset(columns)
-        self.hang_log = hang_log
-        # TRL logs each reward function under its __name__.
-        self.__name__ = name or (
-            scorer.rsplit(":", 1)[-1] if isinstance(scorer, str) else scorer.__name__
+        self.scoring = _shared.Scoring(
+            scorer,
+            budget=budget,
+            default=default,
+            workers=workers,
+            memory_mb=memory_mb,
+            hang_log=hang_log,
+            name=name,
         )
+        self.columns = None if columns is None else frozenset(columns)
+        # TRL logs each reward function under its __name__.
+        self.__name__ = self.scoring.name
 
-    def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+    def samples(
+        self, took: _shared.Accepts, completions: Sequence[Any], kwargs: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """One dict of keyword arguments per completion, holding what the scorer takes."""
         count = len(completions)
-        columns = {
-            key: value
-            for key, value in kwargs.items()
-            if (key in self.columns if self.columns is not None else key not in _NOT_COLUMNS)
-            and isinstance(value, Sequence)
-            and not isinstance(value, str)
-            and len(value) == count
-        }
-        samples = [
-            {"completion": completion, **{key: value[i] for key, value in columns.items()}}
-            for i, completion in enumerate(completions)
-        ]
-        pool = _shared.pool_for(self.scorer, self.budget, self.memory_mb, self.workers)
-        outs = pool.map(samples)
-        return [
-            _shared.value_or_default(out, self.default, sample, self.hang_log, self.__name__)
-            for out, sample in zip(outs, samples, strict=True)
-        ]
+        per_sample: dict[str, Sequence[Any]] = {"completion": completions}
+        for key, value in kwargs.items():
+            name = "prompt" if key == "prompts" else key
+            if key in _BATCH_WIDE or (self.columns is not None and key not in self.columns):
+                continue
+            if (
+                took.takes(name)
+                and isinstance(value, Sequence)
+                and not isinstance(value, str)
+                and len(value) == count
+            ):
+                per_sample[name] = value
+        return [{key: value[i] for key, value in per_sample.items()} for i in range(count)]
+
+    def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[Any]:
+        samples = self.samples(self.scoring.accepts(), completions, kwargs)
+        return self.scoring.score_many(samples)
+
+    async def ascore(self, completions: Sequence[Any], **kwargs: Any) -> list[Any]:
+        """The batch's scores, awaited: TRL's event loop runs on while the workers score."""
+        samples = self.samples(await self.scoring.aaccepts(), completions, kwargs)
+        return await self.scoring.ascore_many(samples)
 
 
 #: A TRL ``reward_funcs`` entry that scores ``scorer`` per sample on a guarded pool.
 pooled_reward = PooledReward
+
+
+def async_pooled_reward(
+    scorer: Callable[..., Any] | str,
+    *,
+    budget: float = 2.0,
+    default: float | None = 0.0,
+    workers: int = 2,
+    memory_mb: float | None = None,
+    columns: Collection[str] | None = None,
+    hang_log: str | None = None,
+    name: str | None = None,
+) -> Callable[..., Coroutine[Any, Any, list[Any]]]:
+    """:func:`pooled_reward` as an ``async def`` TRL reward function.
+
+    TRL runs the reward functions it finds to be coroutine functions
+    (``inspect.iscoroutinefunction``) together on its event loop, with ``asyncio.gather``; this
+    one awaits its samples on the pool without holding that loop.
+    """
+    inner = PooledReward(
+        scorer,
+        budget=budget,
+        default=default,
+        workers=workers,
+        memory_mb=memory_mb,
+        columns=columns,
+        hang_log=hang_log,
+        name=name,
+    )
+
+    async def reward(completions: Sequence[Any], **kwargs: Any) -> list[Any]:
+        return await inner.ascore(completions, **kwargs)
+
+    reward.__name__ = reward.__qualname__ = inner.__name__
+    return reward

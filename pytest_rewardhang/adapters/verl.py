@@ -1,35 +1,68 @@
-"""verl reward functions that cannot freeze the driver.
+"""verl reward functions that cannot freeze the step, for verl's reward loop.
 
-Point ``custom_reward_function.path`` at this file and ``custom_reward_function.name`` at
-``compute_score`` (or ``compute_score_batch`` with ``reward_model.reward_manager=batch``); name
-the real scorer in ``custom_reward_function.reward_kwargs.scorer`` (default: verl's own
-``default_compute_score``). Every call is scored by a warm worker under ``budget`` seconds; on a
-timeout, crash or memory blow-up the call returns ``default`` and logs the sample, instead of
-hanging the step. An exception the scorer raises is raised here, as it would be unguarded.
+Point ``reward.custom_reward_function.path`` at this file and ``reward.custom_reward_function.name``
+at ``compute_score_async`` (or ``compute_score``); name the real scorer in
+``+reward.custom_reward_function.reward_kwargs.scorer`` (default: verl's own
+``default_compute_score``). verl's reward loop scores every sample of a batch as its own
+``asyncio`` task: it awaits an ``async def`` reward function on its event loop, and runs a sync
+one on a thread of ``run_in_executor``. Either way each sample is submitted to one warm pool per
+process, so concurrent samples share its workers, each under ``budget`` seconds. On a timeout,
+crash, memory blow-up or an argument that cannot be pickled the call returns ``default`` and
+logs the sample, instead of hanging the step; when the scorer returns dicts (verl's math_dapo
+returns ``{"score", "acc", "pred"}``), that default is a dict with the same keys, ``score``
+being ``default`` (a dict ``default`` is returned as given). An exception the scorer raises is
+raised here, as it would be unguarded. Only the arguments the scorer's signature takes are
+shipped to the worker (verl may add ``reward_model_tokenizer``, a whole tokenizer).
 
-Or build the functions in your own reward file::
+Or bind a scorer in your own reward file::
 
-    from pytest_rewardhang.adapters.verl import guarded_compute_score
-    compute_score = guarded_compute_score("my_rewards.math:compute_score", budget=2.0)
+    from pytest_rewardhang.adapters.verl import guarded_compute_score_async
+    compute_score = guarded_compute_score_async("my_rewards.math:compute_score", budget=2.0)
+
+Legacy: ``compute_score_batch`` and ``guarded_compute_score_batch`` fit the batch reward manager
+(``reward_model.reward_manager=batch``), which verl took off its default path in February 2026.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
 
 __all__ = [
     "compute_score",
+    "compute_score_async",
     "compute_score_batch",
     "guarded_compute_score",
+    "guarded_compute_score_async",
     "guarded_compute_score_batch",
 ]
 
 #: What verl scores with when no custom reward function is configured.
 _VERL_DEFAULT = "verl.utils.reward_score:default_compute_score"
+_ALWAYS = frozenset({"data_source", "solution_str", "ground_truth"})
+
+
+def _sample(
+    took: _shared.Accepts,
+    data_source: Any,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Any,
+    kwargs: dict[str, Any],
+) -> dict[str, Any]:
+    sample = {
+        "data_source": data_source,
+        "solution_str": solution_str,
+        "ground_truth": ground_truth,
+        "extra_info": extra_info,
+        **kwargs,
+    }
+    # verl's first three always go (a scorer without them fails as it would unguarded); the
+    # rest only when the scorer takes them.
+    return {k: v for k, v in sample.items() if k in _ALWAYS or took.takes(k)}
 
 
 def compute_score(
@@ -43,18 +76,34 @@ def compute_score(
     default: Any = 0.0,
     memory_mb: float | None = None,
     hang_log: str | None = None,
+    workers: int = 2,
     **kwargs: Any,
 ) -> Any:
     """verl's per-item signature; ``kwargs`` beyond the guard's own go to the scorer."""
-    sample = {
-        "data_source": data_source,
-        "solution_str": solution_str,
-        "ground_truth": ground_truth,
-        "extra_info": extra_info,
-        **kwargs,
-    }
-    out = _shared.pool_for(scorer, budget, memory_mb, 1).map([sample])[0]
-    return _shared.value_or_default(out, default, sample, hang_log, _name(scorer))
+    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers)
+    sample = _sample(scoring.accepts(), data_source, solution_str, ground_truth, extra_info, kwargs)
+    return scoring.score(sample)
+
+
+async def compute_score_async(
+    data_source: Any,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Any = None,
+    *,
+    scorer: Callable[..., Any] | str = _VERL_DEFAULT,
+    budget: float = 2.0,
+    default: Any = 0.0,
+    memory_mb: float | None = None,
+    hang_log: str | None = None,
+    workers: int = 2,
+    **kwargs: Any,
+) -> Any:
+    """:func:`compute_score` as an ``async def``, which verl's reward loop awaits."""
+    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers)
+    took = await scoring.aaccepts()
+    sample = _sample(took, data_source, solution_str, ground_truth, extra_info, kwargs)
+    return await scoring.ascore(sample)
 
 
 def compute_score_batch(
@@ -71,30 +120,21 @@ def compute_score_batch(
     workers: int = 2,
     **kwargs: Any,
 ) -> list[Any]:
-    """verl's batch signature (``reward_manager=batch``), or a reward manager loop's helper.
+    """Legacy: verl's batch signature (``reward_model.reward_manager=batch``).
 
     The scorer is still called once per item, with verl's per-item signature, on ``workers``
     warm workers; scores come back in order, ``default`` where an item hung.
     """
+    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers)
+    took = scoring.accepts()
     extras = list(extra_infos) if extra_infos is not None else [None] * len(solution_strs)
     samples = [
-        {
-            "data_source": source,
-            "solution_str": solution,
-            "ground_truth": truth,
-            "extra_info": extra,
-            **kwargs,
-        }
+        _sample(took, source, solution, truth, extra, kwargs)
         for source, solution, truth, extra in zip(
             data_sources, solution_strs, ground_truths, extras, strict=True
         )
     ]
-    outs = _shared.pool_for(scorer, budget, memory_mb, workers).map(samples)
-    who = _name(scorer)
-    return [
-        _shared.value_or_default(out, default, sample, hang_log, who)
-        for out, sample in zip(outs, samples, strict=True)
-    ]
+    return scoring.score_many(samples)
 
 
 def guarded_compute_score(
@@ -104,6 +144,7 @@ def guarded_compute_score(
     default: Any = 0.0,
     memory_mb: float | None = None,
     hang_log: str | None = None,
+    workers: int = 2,
 ) -> Callable[..., Any]:
     """:func:`compute_score` bound to one scorer, for ``custom_reward_function.name``."""
     return functools.partial(
@@ -113,6 +154,29 @@ def guarded_compute_score(
         default=default,
         memory_mb=memory_mb,
         hang_log=hang_log,
+        workers=workers,
+    )
+
+
+def guarded_compute_score_async(
+    scorer: Callable[..., Any] | str,
+    *,
+    budget: float = 2.0,
+    default: Any = 0.0,
+    memory_mb: float | None = None,
+    hang_log: str | None = None,
+    workers: int = 2,
+) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """:func:`compute_score_async` bound to one scorer; still a coroutine function to verl
+    (``inspect.iscoroutinefunction`` sees through ``functools.partial``)."""
+    return functools.partial(
+        compute_score_async,
+        scorer=scorer,
+        budget=budget,
+        default=default,
+        memory_mb=memory_mb,
+        hang_log=hang_log,
+        workers=workers,
     )
 
 
@@ -125,7 +189,7 @@ def guarded_compute_score_batch(
     hang_log: str | None = None,
     workers: int = 2,
 ) -> Callable[..., list[Any]]:
-    """:func:`compute_score_batch` bound to one scorer."""
+    """Legacy: :func:`compute_score_batch` bound to one scorer."""
     return functools.partial(
         compute_score_batch,
         scorer=scorer,
@@ -137,5 +201,21 @@ def guarded_compute_score_batch(
     )
 
 
-def _name(scorer: Callable[..., Any] | str) -> str:
-    return scorer if isinstance(scorer, str) else getattr(scorer, "__qualname__", repr(scorer))
+def _scoring(
+    scorer: Callable[..., Any] | str,
+    budget: float,
+    default: Any,
+    memory_mb: float | None,
+    hang_log: str | None,
+    workers: int,
+) -> _shared.Scoring:
+    name = scorer if isinstance(scorer, str) else getattr(scorer, "__qualname__", repr(scorer))
+    return _shared.Scoring(
+        scorer,
+        budget=budget,
+        default=default,
+        workers=workers,
+        memory_mb=memory_mb,
+        hang_log=hang_log,
+        name=name,
+    )

@@ -6,10 +6,15 @@ work in the controller.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import copy
 import inspect
 import re
+import signal
+import sys
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,64 +34,238 @@ RESPONSE_NAMES = (
 _FENCE = re.compile(r"(```[^\n]*\n)(.*?)(```)", re.DOTALL)
 
 
-class ScorerCall:
-    """Calls a scorer off the main thread, as threaded trainers and Ray actors do.
+#: What each call context stands for, in failure messages (``_options.CONTEXTS`` lists them).
+CONTEXT_NAMES = {
+    "main": "on the main thread",
+    "thread": "off the main thread",
+    "loop": "on an event loop",
+}
+#: Why a scorer that raises off the main thread matters, and what to do: said with the failure.
+OFF_MAIN_WHY = (
+    "\n  why: signal-based timeouts (signal.signal, Math-Verify's parse/verify timeouts) only "
+    "work on the main thread, and verl's reward loop (run_in_executor), OpenRLHF "
+    "(asyncio.to_thread), SkyRL and rllm thread pools and Ray async actors call scorers off it"
+    "\n  fix: drop the in-process timeout and run the scorer under pytest_rewardhang.guard "
+    "(run, guarded or Pool), which bounds it on any thread"
+)
 
-    That is where alarm-based guards are skipped (``signal`` only works on the main thread), so
-    a scorer that is safe only on the main thread's signal path is caught hanging. Pickled by
-    spec: unpickling imports the scorer, so a pool's zygote holds it warm for every worker.
+
+class OffMainThread(Exception):
+    """``signal.signal`` raised off the main thread in the call, even if the scorer caught it."""
+
+
+#: ``signal.signal`` failures off the main thread during the current call, as "file:line".
+_SIGNAL_FAILURES: list[str] = []
+
+
+def _watch_signal() -> None:
+    """Record ``signal.signal`` refusing to run off the main thread, caught by the scorer or not.
+
+    Real code wraps ``signal.signal`` and its ``exec`` in one ``try: ... except BaseException``,
+    so off the main thread the ValueError never leaves the scorer: it scores 0 on everything.
+    The wrapper only looks at the failure path, and is installed before the scorer is imported
+    so ``from signal import signal`` binds it too.
+    """
+    if getattr(signal.signal, "__reward_hang__", False):
+        return
+    original = signal.signal
+
+    def watched(signalnum: Any, handler: Any) -> Any:
+        try:
+            return original(signalnum, handler)
+        except ValueError:
+            if threading.current_thread() is not threading.main_thread():
+                caller = sys._getframe(1)
+                _SIGNAL_FAILURES.append(f"{caller.f_code.co_filename}:{caller.f_lineno}")
+            raise
+
+    watched.__reward_hang__ = True  # type: ignore[attr-defined]
+    signal.signal = watched
+
+
+class ScorerCall:
+    """Calls a scorer in one context: as a trainer of that kind calls it.
+
+    ``main``: on the guarded worker's main thread (TRL's GRPOTrainer, single-threaded Ray
+    actors); ``thread``: on a worker thread, where ``signal`` refuses handlers and alarm guards
+    are skipped (verl's reward loop, OpenRLHF, SkyRL, rllm); ``loop``: inside a running event
+    loop on the main thread, a sync scorer called inline and an async one awaited there (slime,
+    verifiers). An async scorer is always awaited: off the main thread, on a loop of that thread
+    (Ray async actors). Pickled by spec: unpickling imports the scorer, so a pool's zygote holds
+    it warm for every worker. ``materialize`` turns plain-data arguments into the objects the
+    trainer passes (``(name, "sample" | "namespace" | "parser")``), so saved cases stay JSON.
     """
 
-    def __init__(self, spec: str, rootdir: str) -> None:
+    def __init__(
+        self,
+        spec: str,
+        rootdir: str,
+        context: str = "thread",
+        materialize: tuple[tuple[str, str], ...] = (),
+        keep_value: bool = False,
+    ) -> None:
         self.spec = spec
         self.rootdir = rootdir
+        self.context = context
+        self.materialize = materialize
+        self.keep_value = keep_value
         self._fn: Callable[..., Any] | None = None
 
-    def __getstate__(self) -> tuple[str, str]:
-        return self.spec, self.rootdir
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self.spec, self.rootdir, self.context, self.materialize, self.keep_value
 
-    def __setstate__(self, state: tuple[str, str]) -> None:
-        self.spec, self.rootdir = state
-        self._fn = load_callable(self.spec, Path(self.rootdir))
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.spec, self.rootdir, self.context, self.materialize, self.keep_value = state
+        self._fn = None
+        self.load()
+
+    def load(self) -> Callable[..., Any]:
+        if self._fn is None:
+            _watch_signal()
+            self._fn = load_callable(self.spec, Path(self.rootdir))
+        return self._fn
 
     def __call__(self, **kwargs: Any) -> Any:
-        if self._fn is None:
-            self._fn = load_callable(self.spec, Path(self.rootdir))
-        fn = self._fn
-        box: list[tuple[bool, Any]] = []
-
-        def call() -> None:
-            try:
-                box.append((True, fn(**kwargs)))
-            except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
-                box.append((False, exc))
-
-        thread = threading.Thread(target=call, name="reward-hang-scorer", daemon=True)
-        thread.start()
-        thread.join()
-        ok, value = box[0]
-        if not ok:
-            raise value
+        fn = self.load()
+        kwargs = _materialized(kwargs, self.materialize)
+        del _SIGNAL_FAILURES[:]
+        try:
+            if self.context == "thread":
+                value = _in_thread(fn, kwargs)
+            elif self.context == "loop":
+                value = asyncio.run(_on_loop(fn, kwargs))
+            else:
+                value = fn(**kwargs)
+                if inspect.isawaitable(value):
+                    value = asyncio.run(_awaited(value))
+        except Exception as exc:
+            if _SIGNAL_FAILURES:
+                raise OffMainThread(_off_main("it raised it")) from exc
+            raise
+        if _SIGNAL_FAILURES:
+            raise OffMainThread(
+                _off_main("the scorer caught it: a threaded trainer gets its fallback score")
+            )
         # The check judges how the call ended, never what it returned; and the pytest process
         # would refuse to unpickle a value that is not plain data (a numpy float, a sympy
-        # number), reporting a fine scorer as an error.
-        return None
+        # number), reporting a fine scorer as an error. ``repro`` keeps it: it prints it.
+        return value if self.keep_value else None
+
+
+def _off_main(then: str) -> str:
+    """One line (``OFF_MAIN_WHY`` adds the why and the fix on lines of their own)."""
+    where = ", ".join(dict.fromkeys(_SIGNAL_FAILURES))
+    return (
+        "raises off the main thread: signal.signal raised ValueError ('signal only works in "
+        f"main thread') at {where}; {then}" + OFF_MAIN_WHY
+    )
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+async def _on_loop(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    value = fn(**kwargs)  # a sync scorer blocks the loop, as slime and verifiers call it
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    box: list[tuple[bool, Any]] = []
+
+    def call() -> None:
+        try:
+            value = fn(**kwargs)
+            if inspect.isawaitable(value):  # a loop of this thread's own, as Ray async actors
+                value = asyncio.run(_awaited(value))
+            box.append((True, value))
+        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+            box.append((False, exc))
+
+    thread = threading.Thread(target=call, name="reward-hang-scorer", daemon=True)
+    thread.start()
+    thread.join()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+class Parser:
+    """A stand-in for verifiers' ``Parser``: the answer is the last message's text."""
+
+    def parse(self, text: str) -> str:
+        return text
+
+    def parse_answer(self, completion: Any) -> str:
+        return _last_text(completion)
+
+    def get_format_reward_func(self) -> Callable[..., float]:
+        return lambda *args, **kwargs: 1.0
+
+
+def _last_text(completion: Any) -> str:
+    if isinstance(completion, list) and completion:
+        last = completion[-1]
+        return str(last.get("content", "")) if isinstance(last, dict) else str(last)
+    return str(completion)
+
+
+def _materialized(kwargs: dict[str, Any], how: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    if not how:
+        return kwargs
+    kwargs = dict(kwargs)
+    for name, what in how:
+        if what == "parser":
+            kwargs[name] = Parser()
+        elif what == "sample" and isinstance(kwargs.get(name), dict):
+            kwargs[name] = types.SimpleNamespace(**kwargs[name])
+        elif what == "namespace" and isinstance(kwargs.get(name), dict):
+            kwargs[name] = argparse.Namespace(**kwargs[name])
+    return kwargs
 
 
 class CallStyleError(Exception):
     """The scorer's signature does not say where a response goes."""
 
 
+#: Call styles, by the trainer whose call they copy; ``style=NAME`` forces one.
+STYLES = ("verl", "single", "trl", "openrlhf", "areal", "verifiers", "slime", "rllm")
+#: What verifiers' rubric passes a reward function (filtered by its signature).
+_VERIFIERS = ("prompt", "completion", "answer", "state", "task", "info", "parser")
+#: What AReaL passes its reward functions, ``completions`` being one string.
+_AREAL = ("prompt", "completions", "prompt_ids", "completion_ids", "answer")
+_PROMPT = "What is 6 * 7?"
+
+
 @dataclass(frozen=True)
 class ScorerInfo:
-    style: str  # "verl" | "single" | "trl" | "openrlhf"
+    style: str  # one of STYLES
     response_arg: str
     params: tuple[str, ...]
     file: str | None
     line: int | None  # 1-based line of the ``def``
+    #: ``async def``, or an object with an ``async def __call__``: awaited on a loop.
+    is_async: bool = False
+    #: Takes ``**kwargs``: every argument of its style is passed, not only the named ones.
+    var_kwargs: bool = False
+    #: ``(parameter, annotation)`` pairs, as text: AReaL's ``completions: str`` says its style.
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def materialize(self) -> tuple[tuple[str, str], ...]:
+        """Arguments that travel as plain data and are rebuilt as the trainer's objects."""
+        if self.style == "slime":
+            args = [p for p in self.params if p not in (self.response_arg, "kwargs")][:1]
+            return ((self.response_arg, "sample"), *((a, "namespace") for a in args))
+        if self.style == "verifiers" and "parser" in self.params:
+            return (("parser", "parser"),)
+        return ()
 
 
-def describe(spec: str, rootdir: str, response: str | None) -> ScorerInfo:
+def describe(spec: str, rootdir: str, response: str | None, style: str | None = None) -> ScorerInfo:
     """Import the scorer and read its signature (run in a child process)."""
     fn = load_callable(spec, Path(rootdir))
     target = inspect.unwrap(fn)
@@ -95,29 +274,78 @@ def describe(spec: str, rootdir: str, response: str | None) -> ScorerInfo:
         line: int | None = inspect.getsourcelines(target)[1]
     except (TypeError, OSError):
         file, line = None, None
+    var_kwargs = False
+    annotations: list[tuple[str, str]] = []
     try:
-        params = tuple(inspect.signature(fn).parameters)
+        parameters = inspect.signature(fn).parameters
+        params = tuple(parameters)
+        var_kwargs = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+        for name, p in parameters.items():
+            if p.annotation is not p.empty:
+                shown = getattr(p.annotation, "__name__", p.annotation)
+                annotations.append((name, str(shown)))
     except (TypeError, ValueError):
         params = ()
-    style, arg = call_style(params, response)
-    return ScorerInfo(style, arg, params, file, line)
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an object's async __call__
+    )
+    style_name, arg = call_style(params, response, style, dict(annotations))
+    return ScorerInfo(style_name, arg, params, file, line, is_async, var_kwargs, tuple(annotations))
 
 
-def call_style(params: tuple[str, ...], response: str | None) -> tuple[str, str]:
+def call_style(
+    params: tuple[str, ...],
+    response: str | None,
+    style: str | None = None,
+    annotations: dict[str, str] | None = None,
+) -> tuple[str, str]:
+    """``(style, the argument that receives the response)`` from the parameter names.
+
+    ``style`` (the spec's ``style=`` key) wins over the names; ``response`` names the argument.
+    """
     names = set(params)
+    annotations = annotations or {}
+    if response is not None and params and response not in names and "kwargs" not in names:
+        raise CallStyleError(f"response={response!r} is not a parameter of {params}")
+    if style is not None:
+        return style, response or _STYLE_RESPONSE.get(style) or _single_arg(params)
     if response is not None:
-        if params and response not in names and "kwargs" not in names:
-            raise CallStyleError(f"response={response!r} is not a parameter of {params}")
         return ("trl" if response == "completions" else "single"), response
     if {"data_source", "solution_str"} <= names:
         return "verl", "solution_str"
     if "completions" in names:
-        return "trl", "completions"
+        # AReaL's completions is one string: (prompt, completions, prompt_ids, ...).
+        areal = "prompts" not in names and (
+            names & {"prompt", "prompt_ids", "completion_ids"}
+            or annotations.get("completions") == "str"
+        )
+        return ("areal" if areal else "trl"), "completions"
     if {"queries", "prompts", "labels"} <= names:
         return "openrlhf", "queries"
+    if {"task_info", "action"} <= names:
+        return "rllm", "action"
+    if "sample" in names and not names & set(RESPONSE_NAMES):
+        return "slime", "sample"
+    if "completion" in names and names & {"state", "info", "task", "parser", "prompt"}:
+        return "verifiers", "completion"
+    return "single", _single_arg(params)
+
+
+_STYLE_RESPONSE = {
+    "verl": "solution_str",
+    "trl": "completions",
+    "openrlhf": "queries",
+    "areal": "completions",
+    "verifiers": "completion",
+    "slime": "sample",
+    "rllm": "action",
+}
+
+
+def _single_arg(params: tuple[str, ...]) -> str:
     for name in params:
         if name in RESPONSE_NAMES:
-            return "single", name
+            return name
     raise CallStyleError(
         f"cannot tell which parameter of {params} receives the response; "
         "name it with response=ARGNAME"
@@ -139,14 +367,53 @@ def default_example(info: ScorerInfo, kind: str) -> dict[str, Any]:
                 example[name] = [truth]
         return example
     if info.style == "openrlhf":
-        prompt = "What is 6 * 7? "
-        return {"queries": [prompt + response], "prompts": [prompt], "labels": [truth]}
+        return {
+            "queries": [_PROMPT + " " + response],
+            "prompts": [_PROMPT + " "],
+            "labels": [truth],
+        }
+    full: dict[str, Any]
+    if info.style == "areal":
+        full = {
+            "prompt": _PROMPT,
+            "completions": response,
+            "prompt_ids": [1, 2, 3],
+            "completion_ids": [4, 5, 6],
+            "answer": truth,
+        }
+        return _filtered(info, full)
+    if info.style == "verifiers":
+        full = {
+            "prompt": [{"role": "user", "content": _PROMPT}],
+            "completion": [{"role": "assistant", "content": response}],
+            "answer": truth,
+            "state": {},
+            "task": "default",
+            "info": {},
+        }
+        return _filtered(info, full)
+    if info.style == "slime":
+        args = [p for p in info.params if p not in (info.response_arg, "kwargs")][:1]
+        sample: dict[str, Any] = {"prompt": _PROMPT, "response": response, "label": truth}
+        sample["metadata"] = {}
+        sample.update(tokens=[], response_length=len(response), reward=None, index=0)
+        return {info.response_arg: sample, **{a: {} for a in args}}
+    if info.style == "rllm":
+        task = {"question": _PROMPT, "ground_truth": truth, "data_source": "math"}
+        return {"task_info": task, info.response_arg: response}
     example = {info.response_arg: response}
     for name in ("ground_truth", "answer", "label", "reference"):
         if name in info.params:
             example[name] = truth
             break
     return example
+
+
+def _filtered(info: ScorerInfo, full: dict[str, Any]) -> dict[str, Any]:
+    """The arguments the scorer's signature names (all of them when it takes ``**kwargs``)."""
+    if info.var_kwargs:
+        return full
+    return {name: value for name, value in full.items() if name in info.params}
 
 
 def with_case(info: ScorerInfo, example: dict[str, Any], kind: str, text: str) -> dict[str, Any]:
@@ -158,12 +425,7 @@ def with_case(info: ScorerInfo, example: dict[str, Any], kind: str, text: str) -
             if name != arg and isinstance(value, list) and value:
                 kwargs[name] = value[:1]
         first = (kwargs.get(arg) or [""])[0]
-        if isinstance(first, list):  # chat messages: the assistant's last turn is the response
-            turn = first[-1] if first and isinstance(first[-1], dict) else {"role": "assistant"}
-            response = _inject(str(turn.get("content", "")), kind, text)
-            kwargs[arg] = [[{**turn, "content": response}]]
-        else:
-            kwargs[arg] = [_inject(str(first), kind, text)]
+        kwargs[arg] = [_in_message(first, kind, text)]
         return kwargs
     if info.style == "openrlhf":
         prompt = (kwargs.get("prompts") or [""])[0]
@@ -173,8 +435,77 @@ def with_case(info: ScorerInfo, example: dict[str, Any], kind: str, text: str) -
         kwargs["prompts"] = [prompt]
         kwargs["labels"] = (kwargs.get("labels") or [""])[:1]
         return kwargs
+    if info.style == "slime" and isinstance(kwargs.get(arg), dict):
+        sample = kwargs[arg]
+        sample["response"] = _inject(str(sample.get("response", "")), kind, text)
+        sample["response_length"] = len(sample["response"])
+        return kwargs
+    if info.style == "verifiers":
+        kwargs[arg] = _in_message(kwargs.get(arg, ""), kind, text)
+        return kwargs
     kwargs[arg] = _inject(str(kwargs.get(arg, "")), kind, text)
     return kwargs
+
+
+def _in_message(old: Any, kind: str, text: str) -> Any:
+    """A response in place of ``old``: a string, or chat messages whose last turn it becomes."""
+    if isinstance(old, list):
+        turn = old[-1] if old and isinstance(old[-1], dict) else {"role": "assistant"}
+        return [{**turn, "content": _inject(str(turn.get("content", "")), kind, text)}]
+    return _inject(str(old), kind, text)
+
+
+def with_truth(info: ScorerInfo, kwargs: dict[str, Any], truth: str) -> dict[str, Any]:
+    """The case's ground truth in place of the example's, only where it fits.
+
+    It fits when the example's own truth there is a string (per-item styles) or a list of
+    strings (batch styles): a scorer given a dict or a number (verl's search_r1 takes
+    ``{"target": [...]}``) keeps the example's, so every case calls it the way it works.
+    """
+    kwargs = copy.deepcopy(kwargs)
+    slot = truth_slot(info, kwargs)
+    if slot is None:
+        return kwargs
+    holder, key = slot
+    old = holder[key]
+    if isinstance(old, str):
+        holder[key] = truth
+    elif isinstance(old, list) and old and all(isinstance(v, str) for v in old):
+        holder[key] = [truth]
+    return kwargs
+
+
+def truth_slot(info: ScorerInfo, kwargs: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """Where the ground truth sits in a call's arguments: ``(the dict holding it, its key)``."""
+    if info.style == "openrlhf":
+        return (kwargs, "labels") if "labels" in kwargs else None
+    if info.style == "slime":
+        sample = kwargs.get(info.response_arg)
+        return (sample, "label") if isinstance(sample, dict) and "label" in sample else None
+    if info.style == "rllm":
+        task = kwargs.get("task_info")
+        return (task, "ground_truth") if isinstance(task, dict) and "ground_truth" in task else None
+    names = (
+        ("solution", "answer", "ground_truth")
+        if info.style == "trl"
+        else ("ground_truth", "answer", "label", "reference")
+    )
+    for name in names:
+        if name in kwargs:
+            return kwargs, name
+    return None
+
+
+def response_length(value: Any) -> int:
+    """The response's length in characters, inside lists, messages and samples too."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        inner = value.get("content", value.get("response"))
+        return response_length(inner) if inner is not None else 0
+    if isinstance(value, list | tuple):
+        return max((response_length(v) for v in value), default=0)
+    return 0
 
 
 def _inject(response: str, kind: str, text: str) -> str:

@@ -1,8 +1,12 @@
 """Checking one scorer: import it once in a warm worker, call its example, then feed it cases.
 
 Cases run one after another in a long-lived worker, as a trainer would call the scorer (some
-libraries slow down as state accumulates); a case that times out is run again in a fresh
-worker, to say whether it hangs on its own.
+libraries slow down as state accumulates); a case that times out, runs out of memory or crashes
+is run again in a fresh worker, to say whether it does so on its own.
+
+Each scorer is called in one or more contexts (``_calls.ScorerCall``): the first runs every case;
+each further one runs the example and the slowest cases the first context finished, which is
+where a context-dependent guard (an alarm that only works on the main thread) shows.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from ._scorers import ScorerSpec
 
 #: Importing a scorer (sympy, torch, ...) may take far longer than one call is allowed.
 IMPORT_BUDGET_S = 120.0
+#: Cases of each family run again in each further context: the slowest the first one finished.
+SLOWEST_AGAIN = 2
 #: Families generated per scorer at run time, after the corpus families.
 HARVESTED = "harvested"
 SEARCH = "search"
@@ -36,10 +42,25 @@ class CaseResult:
     case: Case
     chars: int
     outcome: Outcome
-    #: The timed-out case run again in a fresh worker; None when it was not re-run.
+    #: The timed-out, out-of-memory or crashed case run again in a fresh worker; None when it
+    #: was not re-run.
     fresh: Outcome | None = None
     saved: Path | None = None
     kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: Where it was called (``_options.CONTEXTS``); ``again``: in a further context, on a case
+    #: the first one ran (not part of growth fits or baselines).
+    context: str = "thread"
+    again: bool = False
+    #: What the failure line adds: why a context-only failure matters and what to do.
+    note: str = ""
+    #: A memory or crash outcome in the long-lived worker that a fresh worker did not confirm:
+    #: the call alone stayed within its limits, and ``outcome`` is the fresh one.
+    unconfirmed: Outcome | None = None
+
+    @property
+    def called(self) -> str:
+        """Where it was called, for the failure message: ``on the main thread (main)``."""
+        return f"called {_calls.CONTEXT_NAMES[self.context]} (context {self.context})"
 
 
 class ScorerProblem(Exception):
@@ -59,12 +80,19 @@ class ScorerCheck:
         )
         self._harvested: list[Case] | None = None
         self._units: list[str] = []
+        self._patterns: list[str] = []
+        self._literals: list[str] = []
         self.spec = _absolute(scorer.spec, rootdir)
         self._info: _calls.ScorerInfo | None = None
         self._example: dict[str, Any] | None = None
         self._problem: ScorerProblem | None = None
         self.problem_reported = False
-        self._pool: Pool | None = None
+        self._pools: dict[str, Pool] = {}
+        #: Where the scorer is called, the first context running every case; set by _prepare.
+        self.contexts: tuple[str, ...] = ()
+        #: The example's outcome in each further context, and whether its failure was reported.
+        self._again_example: dict[str, Outcome] = {}
+        self._again_reported: set[str] = set()
 
     def families(self) -> list[str]:
         found = _cases.families(self.cases)
@@ -77,11 +105,17 @@ class ScorerCheck:
     def case_count(self, family: str) -> int:
         """How many cases the family runs at most (for the item's outer timeout)."""
         rungs = len(_harvest_sizes(self.settings.max_chars))
+        # Each further context: its example, and the slowest cases, each maybe run twice.
+        again = 2 * (1 + 2 * SLOWEST_AGAIN)
         if family == HARVESTED:
-            return (_harvest.MAX_UNITS + _harvest.MAX_ATTACKS) * rungs + 2
+            return (_harvest.MAX_UNITS + _harvest.MAX_ATTACKS) * rungs + 2 + again
         if family == SEARCH:
-            return self.settings.search + 2
-        return sum(case.family == family for case in self.cases)
+            return self.settings.search + 2 + again
+        return sum(case.family == family for case in self.cases) + again
+
+    @property
+    def primary(self) -> str:
+        return self.contexts[0] if self.contexts else "thread"
 
     def run_family(self, family: str) -> list[CaseResult]:
         """Run the family's cases in order, smallest first, up to the first confirmed hang.
@@ -90,33 +124,97 @@ class ScorerCheck:
         smallest hanging input is the useful reproduction.
         """
         info, example = self._prepare()
-        pool = self._worker()
+        pool = self._worker(self.primary)
         if family == SEARCH:
-            return self._search(info, example)
-        cases = self._harvest(example) if family == HARVESTED else self.cases
-        results = []
-        for case in cases:
-            if case.family != family:
-                continue
-            kwargs = self.kwargs_for(case)
-            result = CaseResult(case, len(case.text), pool.map([kwargs])[0])
-            results.append(self._judge(result, kwargs))
-            if result.fresh is not None and result.fresh.status is Status.TIMEOUT:
-                break
-        self._save_found(results)
+            results = self._search(info, example)
+        else:
+            cases = self._harvest(example) if family == HARVESTED else self.cases
+            results = []
+            for case in cases:
+                if case.family != family:
+                    continue
+                kwargs = self.kwargs_for(case)
+                result = CaseResult(case, len(case.text), pool.map([kwargs])[0])
+                results.append(self._judge(result, kwargs, self.primary))
+                if result.fresh is not None and result.fresh.status is Status.TIMEOUT:
+                    break
+            self._save_found(results)
+        for context in self.contexts[1:]:
+            results += self._again(context, example, results)
         return results
+
+    def _again(
+        self, context: str, example: dict[str, Any], first: list[CaseResult]
+    ) -> list[CaseResult]:
+        """The example, then the slowest cases the first context finished, in ``context``."""
+        out = self._again_example.get(context)
+        if out is None:
+            out = self._worker(context).map([example])[0]
+            if out.status in _CONFIRMED:  # a benign call: a slow start on a busy machine?
+                fresh = self._fresh(example, context)
+                out = fresh if fresh.status is Status.OK else out
+            self._again_example[context] = out
+        if out.status is not Status.OK:
+            if context in self._again_reported:  # said once; its cases would all fail alike
+                return []
+            self._again_reported.add(context)
+            result = CaseResult(_example_case(self._info, example), 0, out, context=context)
+            result.chars = _calls.response_length(example.get(self._response_arg()))
+            result.again = True
+            result.note = self._context_note(context, out)
+            return [self._judge(result, example, context)]
+        if any(r.fresh is not None and r.fresh.status is Status.TIMEOUT for r in first):
+            return []  # the family already hangs on its own: more of it would only cost time
+        finished = [
+            r
+            for r in first
+            if r.outcome.status is Status.OK and not r.again and r.case.family != "example"
+        ]
+        slowest = sorted(finished, key=lambda r: -r.outcome.wall_s)[:SLOWEST_AGAIN]
+        results = []
+        pool = self._worker(context)
+        for done in sorted(slowest, key=lambda r: r.chars):
+            kwargs = self.kwargs_for(done.case)
+            result = CaseResult(done.case, done.chars, pool.map([kwargs])[0], context=context)
+            result.again = True
+            results.append(self._judge(result, kwargs, context))
+            if result.fresh is not None and result.fresh.status is Status.TIMEOUT:
+                break  # the smaller one hangs on its own: the larger would only hang longer
+        return results
+
+    def _context_note(self, context: str, out: Outcome) -> str:
+        """What a failure of the example in a further context says: that it works in the first
+        context, what it raises in this one, why that matters and what to do."""
+        first = _calls.CONTEXT_NAMES[self.primary]
+        here = _calls.CONTEXT_NAMES[context]
+        error = _first_line(out).replace(f"{self.rootdir}/", "")
+        if error.startswith("raises off the main thread"):  # ScorerCall saw signal.signal fail
+            detail = error.removeprefix("raises off the main thread: ")
+            return f"works {first} but raises off it: {detail}{_calls.OFF_MAIN_WHY}"
+        if context == "thread" and self.primary != "thread":
+            return f"works {first} but raises {here}: {error}{_calls.OFF_MAIN_WHY}"
+        return f"works {first} but fails {here}: {error}"
+
+    def _response_arg(self) -> str:
+        return self._info.response_arg if self._info is not None else ""
 
     def kwargs_for(self, case: Case) -> dict[str, Any]:
         info, example = self._prepare()
         kwargs = _calls.with_case(info, example, self.scorer.kind, case.text)
         if case.ground_truth is not None:
-            kwargs = with_truth(info, kwargs, case.ground_truth)
+            kwargs = _calls.with_truth(info, kwargs, case.ground_truth)
         return kwargs
 
-    def _judge(self, result: CaseResult, kwargs: dict[str, Any]) -> CaseResult:
+    def _judge(self, result: CaseResult, kwargs: dict[str, Any], context: str) -> CaseResult:
         result.kwargs = kwargs
-        if result.outcome.status is Status.TIMEOUT:
-            result.fresh = self._fresh(kwargs)
+        result.context = context
+        status = result.outcome.status
+        if status in _CONFIRMED:
+            result.fresh = self._fresh(kwargs, context)
+            if status is not Status.TIMEOUT and result.fresh.status is Status.OK:
+                # Memory or a crash the long-lived worker had built up, not this call's own:
+                # a fresh worker ran the call alone within its limits.
+                result.unconfirmed, result.outcome = result.outcome, result.fresh
         if result.outcome.status is not Status.OK or result.outcome.leaked:
             result.saved = self._save(result)
         return result
@@ -132,6 +230,8 @@ class ScorerCheck:
             )
             vocabulary = out.value if out.status is Status.OK else _harvest.Vocabulary()
             self._units = _harvest.units(vocabulary)
+            self._patterns = vocabulary.patterns
+            self._literals = vocabulary.literals
             self._harvested = harvested_cases(vocabulary, self.settings.max_chars, self._units)
         return self._harvested
 
@@ -142,7 +242,7 @@ class ScorerCheck:
 
         self._harvest(example)
         units = self._units or ["a"]
-        pool = self._worker()
+        pool = self._worker(self.primary)
 
         def probe(text: str) -> Outcome:
             kwargs = _calls.with_case(info, example, self.scorer.kind, text)
@@ -156,18 +256,25 @@ class ScorerCheck:
             self.settings.seed,
             database,
             min(self.settings.max_chars, _SEARCH_MAX_CHARS),
+            patterns=self._patterns,
+            literals=self._literals,
+            max_chars=self.settings.max_chars,
         )
         results = []
         for case, outcome in ran:
             kwargs = _calls.with_case(info, example, self.scorer.kind, case.text)
             if outcome.status is not Status.OK or outcome.leaked:
-                results.append(self._judge(CaseResult(case, len(case.text), outcome), kwargs))
+                result = CaseResult(case, len(case.text), outcome)
+                results.append(self._judge(result, kwargs, self.primary))
         # Only the slowest examples are worth a row each; failures always are. Per character,
         # the shortest inputs would win on the call's fixed cost alone.
         slowest = sorted(ran, key=lambda pair: -pair[1].wall_s)[:3]
         for case, outcome in slowest:
             if outcome.status is Status.OK and not outcome.leaked:
-                results.append(CaseResult(case, len(case.text), outcome))
+                kwargs = _calls.with_case(info, example, self.scorer.kind, case.text)
+                results.append(
+                    CaseResult(case, len(case.text), outcome, kwargs=kwargs, context=self.primary)
+                )
         self._save_found(results)
         return results
 
@@ -209,16 +316,16 @@ class ScorerCheck:
             kwargs = self.kwargs_for(
                 _replace_text(case, formula.expand(middle, self.settings.seed))
             )
-            if self._fresh(kwargs).status is Status.TIMEOUT:
+            if self._fresh(kwargs, self.primary).status is Status.TIMEOUT:
                 high = middle
             else:
                 low = middle
         return formula.expand(high, self.settings.seed)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            pool.close()
 
     def _prepare(self) -> tuple[_calls.ScorerInfo, dict[str, Any]]:
         if self._problem is not None:
@@ -234,19 +341,22 @@ class ScorerCheck:
     def _describe_and_try_example(self) -> tuple[_calls.ScorerInfo, dict[str, Any]]:
         out = run(
             _calls.describe,
-            (self.scorer.spec, str(self.rootdir), self.scorer.response),
+            (self.scorer.spec, str(self.rootdir), self.scorer.response, self.scorer.style),
             budget=IMPORT_BUDGET_S,
             objects=True,  # our own ScorerInfo, built by our code in the child
         )
         if out.status is not Status.OK:
             raise ScorerProblem(_first_line(out))
         info: _calls.ScorerInfo = out.value
+        self._info = info
+        self.contexts = contexts_for(info, self.scorer.contexts or self.settings.contexts)
         example = self._load_example(info)
-        first = self._worker().map([example])[0]
+        first = self._worker(self.primary).map([example])[0]
         if first.status is not Status.OK:
             where = str(self.scorer.example) if self.scorer.example else "the default example"
             raise ScorerProblem(
-                f"the scorer fails on its own example ({where}), so no case can be judged: "
+                f"the scorer fails on its own example ({where}) "
+                f"{_calls.CONTEXT_NAMES[self.primary]}, so no case can be judged: "
                 f"{_first_line(first)}"
             )
         return info, example
@@ -270,17 +380,18 @@ class ScorerCheck:
             )
         return example
 
-    def _worker(self) -> Pool:
-        if self._pool is None:
-            self._pool = self._new_pool()
-        return self._pool
+    def _worker(self, context: str) -> Pool:
+        if context not in self._pools:
+            self._pools[context] = self._new_pool(context)
+        return self._pools[context]
 
-    def _new_pool(self) -> Pool:
-        call = _calls.ScorerCall(self.spec, str(self.rootdir))
+    def _new_pool(self, context: str) -> Pool:
+        materialize = self._info.materialize if self._info is not None else ()
+        call = _calls.ScorerCall(self.spec, str(self.rootdir), context, materialize)
         return Pool(call, workers=1, budget=self.deadline, memory_mb=self.memory_mb)
 
-    def _fresh(self, kwargs: dict[str, Any]) -> Outcome:
-        with self._new_pool() as pool:
+    def _fresh(self, kwargs: dict[str, Any], context: str) -> Outcome:
+        with self._new_pool(context) as pool:
             return pool.map([kwargs])[0]
 
     def _save(self, result: CaseResult) -> Path | None:
@@ -297,6 +408,12 @@ class ScorerCheck:
             "deadline": self.deadline,
             "memory_mb": self.memory_mb,
             "status": str(result.outcome.status),
+            # What repro needs to call it as the check did, and to say how long the input is.
+            "context": result.context,
+            "style": self._info.style if self._info is not None else None,
+            "response_arg": self._response_arg(),
+            "materialize": [list(pair) for pair in self._info.materialize] if self._info else [],
+            "chars": result.chars,
             "kwargs": result.kwargs,
         }
         try:
@@ -348,23 +465,31 @@ def harvested_cases(
     return sorted(cases, key=lambda case: len(case.text))
 
 
+#: Outcomes a fresh worker confirms (or not) before they count as the case's own.
+_CONFIRMED = (Status.TIMEOUT, Status.MEMORY, Status.CRASHED)
+
+
+def contexts_for(info: _calls.ScorerInfo, chosen: tuple[str, ...] | None) -> tuple[str, ...]:
+    """Where the scorer is called, in order; the first runs every case.
+
+    Default: the main thread and a worker thread for a sync scorer, an event loop (on the main
+    thread) and a worker thread for an async one. An async scorer is always awaited on a loop,
+    so for it ``main`` is ``loop``.
+    """
+    if chosen is None:
+        chosen = ("loop", "thread") if info.is_async else ("main", "thread")
+    if info.is_async:
+        chosen = tuple("loop" if c == "main" else c for c in chosen)
+    return tuple(dict.fromkeys(chosen))
+
+
+def _example_case(info: _calls.ScorerInfo | None, example: dict[str, Any]) -> Case:
+    text = "" if info is None else str(example.get(info.response_arg, ""))
+    return Case("example", "example", text, "the scorer's own example")
+
+
 def _replace_text(case: Case, text: str) -> Case:
     return Case(case.id, case.family, text, case.description, case.ground_truth)
-
-
-def with_truth(info: _calls.ScorerInfo, kwargs: dict[str, Any], truth: str) -> dict[str, Any]:
-    """The case's ground truth in place of the example's, in the argument the example uses."""
-    if info.style == "openrlhf":
-        return {**kwargs, "labels": [truth]}
-    names = (
-        ("solution", "answer", "ground_truth")
-        if info.style == "trl"
-        else ("ground_truth", "answer", "label", "reference")
-    )
-    for name in names:
-        if name in kwargs:
-            return {**kwargs, name: [truth] if info.style == "trl" else truth}
-    return kwargs
 
 
 def _absolute(spec: str, rootdir: Path) -> str:
@@ -378,7 +503,11 @@ def _absolute(spec: str, rootdir: Path) -> str:
 def _first_line(out: Outcome) -> str:
     if out.status is Status.ERROR and out.error:
         line = out.error.splitlines()[0]
-        for cls in (SpecError, _calls.CallStyleError):  # our own errors speak for themselves
+        for cls in (
+            SpecError,
+            _calls.CallStyleError,
+            _calls.OffMainThread,
+        ):  # our own errors speak for themselves
             for prefix in (f"{cls.__module__}.{cls.__qualname__}: ", f"{cls.__qualname__}: "):
                 line = line.removeprefix(prefix)
         return line

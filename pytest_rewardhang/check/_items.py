@@ -131,18 +131,22 @@ class FamilyItem(RewardHangItem):
         keeps its faster time, and only a regression that holds on both runs fails.
         """
         scorer_id, source = self.check.scorer.id, self.source[0]
+        # Measured on the first context's cases: those every run has, at every size.
+        again = [r for r in results if r.again]
+        results = [r for r in results if not r.again]
         now = baseline.entry(scorer_id, results, self.growth, source)
         if now is None:  # no case finished: nothing measured
-            return verdict, results
+            return verdict, results + again
         comparison = baseline.compare(scorer_id, self.family, now)
         replayed = False
         if comparison is not None and comparison.status == "regressed":
-            results = _faster(results, self.check.run_family(self.family))
+            replay = [r for r in self.check.run_family(self.family) if not r.again]
+            results = _faster(results, replay)
             self.growth = growth_of(results, self.settings.max_chars)
             now = baseline.entry(scorer_id, results, self.growth, source) or now
             comparison = baseline.compare(scorer_id, self.family, now)
             replayed = True
-        return _verdict.against_baseline(verdict, now, comparison, replayed), results
+        return _verdict.against_baseline(verdict, now, comparison, replayed), results + again
 
 
 def growth_of(results: list[CaseResult], max_chars: int) -> list[_growth.Growth]:
@@ -150,8 +154,8 @@ def growth_of(results: list[CaseResult], max_chars: int) -> list[_growth.Growth]
     points: dict[str, list[tuple[int, float]]] = {}
     for result in results:
         out = result.outcome
-        if result.case.formula_id is None or out.status is not Status.OK:
-            continue
+        if result.case.formula_id is None or out.status is not Status.OK or result.again:
+            continue  # a further context's few cases would be a second, sparser curve
         spent = out.cpu_s if out.cpu_s == out.cpu_s else out.wall_s  # NaN when unreadable
         points.setdefault(result.case.formula_id, []).append((result.chars, spent))
     fits = (_growth.fit(formula, found, max_chars) for formula, found in points.items())

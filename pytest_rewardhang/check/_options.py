@@ -18,6 +18,10 @@ T = TypeVar("T")
 N = TypeVar("N", int, float)
 
 FAILURE_KINDS = ("timeout", "error", "crashed", "memory", "leak")
+#: Where a scorer is called: the guarded worker's main thread, a worker thread, an event loop.
+CONTEXTS = ("main", "thread", "loop")
+#: Call styles a scorer's ``style=`` key may force (``_calls`` reads the signature otherwise).
+STYLES = ("verl", "single", "trl", "openrlhf", "areal", "verifiers", "slime", "rllm")
 #: ``--reward-hang-compare-fail`` fields; ``_baseline.FIELDS`` says which entry key each reads.
 LIMIT_FIELDS = ("cpu_p50", "cpu_p95", "cpu_max", "peak_mb", "growth")
 _LIMIT = re.compile(r"^(?P<field>[a-z0-9_]+):(?P<amount>[0-9]*\.?[0-9]+)(?P<percent>%?)$")
@@ -66,6 +70,9 @@ class Settings:
     changed_ref: str | None = None
     #: ``reward_hang_known`` lines: specs, ids or ``scorer-id::family``.
     known: tuple[str, ...] = ()
+    #: ``--reward-hang-contexts``: where every scorer is called, the first context running
+    #: every case (None: main and thread, or loop and thread for an async scorer).
+    contexts: tuple[str, ...] | None = None
 
 
 # (cli flag, ini name, help, ini type, default)
@@ -113,6 +120,15 @@ _VALUED: list[tuple[str, str, str, str, str | None]] = [
         "run a Hypothesis targeted search of N examples per scorer for slow inputs (0: off)",
         "string",
         "0",
+    ),
+    (
+        "--reward-hang-contexts",
+        "reward_hang_contexts",
+        f"comma-separated contexts each scorer is called in, of {','.join(CONTEXTS)}; the "
+        "first runs every case, the others the example and each family's slowest cases "
+        "(default: main,thread; loop,thread for async scorers)",
+        "string",
+        "",
     ),
     (
         "--reward-hang-save",
@@ -305,6 +321,7 @@ def load(config: pytest.Config) -> Settings:
         strict_complexity=bool(strict or config.getini("reward_hang_strict_complexity")),
         search=value("--reward-hang-search", "reward_hang_search", non_negative_int),
         save_corpus=Path(save_raw) if save_raw and save_raw != "None" else None,
+        contexts=value("--reward-hang-contexts", "reward_hang_contexts", optional_contexts),
         **_ci_settings(config),
     )
 
@@ -437,6 +454,21 @@ def parse_limit(raw: str) -> Limit:
     if field not in LIMIT_FIELDS:
         raise ValueError(f"unknown field {field}; choose from {', '.join(LIMIT_FIELDS)}")
     return Limit(field, float(match["amount"]), bool(match["percent"]))
+
+
+def context_list(raw: str) -> tuple[str, ...]:
+    """``main,thread``: contexts in order, each once."""
+    names = [part.strip() for part in raw.split(",") if part.strip()]
+    if not names:
+        raise ValueError(f"name at least one context from {', '.join(CONTEXTS)}")
+    unknown = sorted(set(names) - set(CONTEXTS))
+    if unknown:
+        raise ValueError(f"unknown context {', '.join(unknown)}; choose from {', '.join(CONTEXTS)}")
+    return tuple(dict.fromkeys(names))
+
+
+def optional_contexts(raw: str) -> tuple[str, ...] | None:
+    return context_list(raw) if raw and raw != "None" else None
 
 
 def fail_on_set(raw: str) -> frozenset[str]:

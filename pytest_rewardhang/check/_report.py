@@ -7,12 +7,25 @@ import math
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_rewardhang.corpus._growth import SUPERLINEAR
-from pytest_rewardhang.guard._outcome import Frame, Status, is_library, thread_stacks
+from pytest_rewardhang.guard._outcome import (
+    Frame,
+    Outcome,
+    Status,
+    Stuck,
+    find_stuck,
+    is_library,
+    is_machinery,
+    is_stdlib,
+    package_root,
+    under,
+)
 
+from ._source import locate
 from ._verdict import Kind, Verdict, rollup
 
 if TYPE_CHECKING:
@@ -28,22 +41,130 @@ BASELINE_PROPERTY = "reward_hang_baseline"
 VERDICT_PROPERTY = "reward_hang_verdict"
 
 
-def stuck_frames(stack: str | None, rootdir: Path) -> tuple[Frame | None, list[Frame]]:
-    """``(innermost frame, the user's own frames)`` of the first thread running user code.
+#: faulthandler's MAX_FRAME_DEPTH: a deeper stack keeps only its innermost frames.
+DUMP_DEPTH = 100
 
-    The scorer may run off the main thread, so "Current thread" is not necessarily the stuck one.
+
+#: What a timeout without a stack dump says: the dump signal leads the kill by
+#: guard._wire.dump_lead, and a process the machine does not schedule in that window is killed
+#: before it writes a line.
+NO_DUMP = (
+    "no stack dump: the process was killed before faulthandler wrote one (a starved machine "
+    "runs it too late)"
+)
+
+
+def scorer_roots(spec: str, rootdir: Path, defined_in: str | None = None) -> tuple[str, ...]:
+    """Where the scorer's own code is, wherever it is installed: the package (or the lone
+    module) of the file that defines it, found from the spec without importing anything, and
+    of ``defined_in``, the file the scorer's import reported (a re-export's real home)."""
+    files = [defined_in] if defined_in else []
+    located, _ = locate(spec, rootdir)
+    if located is not None:
+        files.append(str(located))
+    roots: list[str] = []
+    for file in files:
+        for variant in (os.path.abspath(file), os.path.realpath(file)):
+            root = package_root(variant)
+            if root not in roots:
+                roots.append(root)
+    return tuple(roots)
+
+
+def own_code(roots: tuple[str, ...], rootdir: Path) -> Callable[[str], bool]:
+    """Whether a frame's file is the scorer's own code: inside its package (``roots``), or the
+    project's code under the rootdir. Never the standard library, the check's machinery or
+    code the scorer ``exec``s (``<string>``): those are where it was, not the line to fix."""
+    root = str(rootdir) + os.sep
+
+    def own(file: str) -> bool:
+        if file.startswith("<") or is_machinery(file) or is_stdlib(file):
+            return False
+        if under(file, roots) or under(os.path.realpath(file), roots):
+            return True
+        project = file.startswith(root) or not os.path.isabs(file)
+        return project and not is_library(file)
+
+    return own
+
+
+def find_stuck_in(
+    stack: str | None, spec: str, rootdir: Path, defined_in: str | None = None
+) -> Stuck:
+    """Where a timed-out call of the scorer ``spec`` was, frames relative to the rootdir.
+
+    When the spec's file cannot be found without importing it, the scorer's own code is that
+    of the callable the dump reaches (see :func:`find_stuck`).
     """
-    root = str(rootdir)
-    for frames in thread_stacks(stack):
-        mine = [
-            (_relative(file, rootdir), line, func)
-            for file, line, func in frames
-            if not is_library(file) and (file.startswith(root) or not os.path.isabs(file))
-        ]
-        if mine:
-            file, line, func = frames[0]
-            return (_relative(file, rootdir), line, func), mine
-    return None, []
+    roots = scorer_roots(spec, rootdir, defined_in)
+    found = find_stuck(stack, own_code(roots, rootdir) if roots else None)
+
+    def rel(frame: Frame | None) -> Frame | None:
+        return None if frame is None else (_relative(frame[0], rootdir), frame[1], frame[2])
+
+    return Stuck(
+        own=tuple((_relative(f, rootdir), line, func) for f, line, func in found.own),
+        innermost=rel(found.innermost),
+        truncated=found.truncated,
+        cut=found.cut,
+        entry=rel(found.entry),
+    )
+
+
+def stuck_lines(stuck: Stuck, indent: str = "  ") -> list[str]:
+    """The failure message's (and ``repro``'s) lines on where a call was stuck.
+
+    The scorer's own frames, innermost first, recursion folded; then the innermost frame
+    overall when it is elsewhere; and, when the thread's stack was cut at faulthandler's
+    frame limit before reaching the scorer's own code, a line that says so.
+    """
+    lines = []
+    if stuck.own:
+        lines.append(f"{indent}stuck in the scorer at (innermost first):")
+        lines += [f"{indent}  {text}" for text in _folded(stuck.own)[:8]]
+    elif stuck.truncated or stuck.cut:
+        lines.append(
+            f"{indent}the scorer's own frames are not in the stack dump: {_missing(stuck)}"
+        )
+    elif stuck.innermost is not None:
+        lines.append(f"{indent}no frame of the scorer's own code in the stack dump")
+    else:
+        lines.append(f"{indent}{NO_DUMP}")
+    innermost = stuck.innermost
+    if innermost is not None and (not stuck.own or innermost != stuck.own[0]):
+        lines.append(f"{indent}innermost frame: {_frame(innermost)}")
+    if stuck.own and (stuck.truncated or stuck.cut):
+        lines.append(f"{indent}(outer frames are missing: {_missing(stuck)})")
+    return lines
+
+
+def _missing(stuck: Stuck) -> str:
+    """Why a stack dump lacks its outer frames."""
+    if stuck.truncated:
+        return (
+            f"faulthandler keeps a thread's innermost {DUMP_DEPTH} frames, and this stack is "
+            "deeper (deep recursion)"
+        )
+    return "the dump was cut short (the process was killed while faulthandler wrote it)"
+
+
+def _frame(frame: Frame) -> str:
+    return f"{frame[0]}:{frame[1]} in {frame[2]}"
+
+
+def _folded(frames: tuple[Frame, ...]) -> list[str]:
+    """One line per frame, a run of the same frame (recursion) as one line with its count."""
+    lines: list[str] = []
+    previous, count = None, 0
+    for frame in (*frames, None):
+        if frame == previous:
+            count += 1
+            continue
+        if previous is not None:
+            text = _frame(previous)
+            lines.append(text if count == 1 else f"{text} (x{count}, recursion)")
+        previous, count = frame, 1
+    return lines
 
 
 def _relative(file: str, rootdir: Path) -> str:
@@ -119,6 +240,7 @@ def failure_message(check: ScorerCheck, failing: list[CaseResult]) -> str:
             f"{word} case {result.case.id} ({result.chars} chars: {result.case.description}): "
             f"wall {out.wall_s:.2f} s, cpu {out.cpu_s:.2f} s, deadline {check.deadline:g} s"
         )
+        lines.append(f"  {result.called}")
         if out.status is Status.TIMEOUT:
             if result.fresh is not None:
                 alone = result.fresh.status is Status.TIMEOUT
@@ -128,14 +250,9 @@ def failure_message(check: ScorerCheck, failing: list[CaseResult]) -> str:
                     else "  only in a long-lived worker: a fresh worker finished it in "
                     f"{result.fresh.wall_s:.2f} s ({result.fresh.status})"
                 )
-            innermost, frames = stuck_frames(out.stack, rootdir)
-            if frames:
-                lines.append("  stuck in the scorer at (innermost first):")
-                lines += [f"    {file}:{line} in {func}" for file, line, func in frames[:8]]
-            if innermost is not None and innermost != frames[0]:
-                lines.append(f"  innermost frame: {innermost[0]}:{innermost[1]} in {innermost[2]}")
+            lines += stuck_lines(stuck_of(out, check))
         else:
-            lines.append("  " + _problem(result))
+            lines.append("  " + (result.note or _problem(result)))
         if result.saved is not None:
             saved = _relative(str(result.saved), rootdir)
             lines.append(f"  input saved to {saved}")
@@ -217,7 +334,7 @@ def item_record(
     verdict: Verdict,
     growth: list[Growth],
 ) -> dict[str, Any]:
-    record = {
+    record: dict[str, Any] = {
         "id": check.scorer.id,
         "spec": check.scorer.spec,
         "family": family,
@@ -234,13 +351,18 @@ def item_record(
                 "cpu_s": round(r.outcome.cpu_s, 4),
                 "leaked": r.outcome.leaked,
                 "fresh_status": str(r.fresh.status) if r.fresh else None,
-                "stuck_at": _stuck(r, check),
+                "context": r.context,
+                **_where(r, check),
                 "saved": str(r.saved) if r.saved else None,
             }
             for r in results
         ],
         "growth": [g.as_dict() for g in growth],
     }
+    if any(r.outcome.status is Status.TIMEOUT for r in results):
+        file, line = locate(check.scorer.spec, check.rootdir)
+        if file is not None and line is not None:
+            record["defined_at"] = [_relative(str(file), check.rootdir), line]
     if "known" in check.scorer.extra:
         record["known_from"] = check.scorer.extra["known"]
     if verdict.problem:
@@ -248,9 +370,29 @@ def item_record(
     return record
 
 
-def _stuck(result: CaseResult, check: ScorerCheck) -> list[Any] | None:
-    frames = stuck_frames(result.outcome.stack, check.rootdir)[1]
-    return list(frames[0]) if frames else None
+def stuck_of(outcome: Outcome, check: ScorerCheck) -> Stuck:
+    """Where one of ``check``'s calls was stuck (nothing for a call that did not time out)."""
+    if outcome.status is not Status.TIMEOUT:
+        return Stuck()
+    return find_stuck_in(outcome.stack, check.scorer.spec, check.rootdir, _defined_in(check))
+
+
+def _defined_in(check: ScorerCheck) -> str | None:
+    """The file the scorer's import reported defining it, once the check has imported it."""
+    info = getattr(check, "info", None) or getattr(check, "_info", None)
+    file = getattr(info, "file", None)
+    return file if isinstance(file, str) else None
+
+
+def _where(result: CaseResult, check: ScorerCheck) -> dict[str, Any]:
+    """A case's ``stuck_at`` (the scorer's own innermost frame), ``innermost`` (the innermost
+    frame overall) and ``stack_truncated``, as its JSON record says them."""
+    stuck = stuck_of(result.outcome, check)
+    return {
+        "stuck_at": list(stuck.own[0]) if stuck.own else None,
+        "innermost": list(stuck.innermost) if stuck.innermost else None,
+        "stack_truncated": stuck.truncated or stuck.cut,
+    }
 
 
 class Summary:
@@ -387,18 +529,38 @@ class Summary:
             if record["verdict"] != Kind.HANG:
                 continue
             for case in record["cases"]:
-                if case["status"] != "timeout":
-                    continue
-                text = f"{record['id']} hangs on {case['id']} ({case['chars']} chars)"
-                if case["stuck_at"]:
-                    file, line, _ = case["stuck_at"]
-                    lines.append(f"::error file={file},line={line},title=reward hang::{text}")
-                else:
-                    lines.append(f"::error title=reward hang::{text}")
+                if case["status"] == "timeout":
+                    lines.append(_annotation(record, case))
         if step_summary:
             with open(step_summary, "a", encoding="utf-8") as f:
                 f.write("### Reward hang check\n\n" + _markdown_table(self.scorers()) + "\n")
         return lines
+
+
+def _annotation(record: dict[str, Any], case: dict[str, Any]) -> str:
+    """One ``::error`` at the scorer's own innermost frame, naming the innermost frame too.
+
+    When the dump holds no frame of the scorer's own code (a recursion deeper than
+    faulthandler's 100 frames), it goes on the scorer's ``def`` line and says why.
+    """
+    text = f"{record['id']} hangs on {case['id']} ({case['chars']} chars)"
+    stuck, innermost = case.get("stuck_at"), case.get("innermost")
+    place = stuck or record.get("defined_at")
+    if stuck:
+        text += f": stuck at {_frame(tuple(stuck))}"
+    elif case.get("stack_truncated"):
+        text += (
+            ": the scorer's own frames are not in the stack dump (a recursion deeper than the "
+            f"{DUMP_DEPTH} frames faulthandler keeps, or a dump cut short)"
+        )
+    if innermost and innermost != stuck:
+        text += f"; innermost frame {_frame(tuple(innermost))}"
+    # A message is one line: GitHub ends it at a newline unless escaped.
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if place:
+        file, line = place[0], place[1]
+        return f"::error file={file},line={line},title=reward hang::{text}"
+    return f"::error title=reward hang::{text}"
 
 
 def _markdown_table(scorers: list[dict[str, Any]]) -> str:

@@ -18,10 +18,20 @@ from typing import Any
 
 from pytest_rewardhang.guard._spec import SpecError, is_file_target, split_spec
 
-from ._options import positive_mib, positive_seconds
+from ._options import STYLES, context_list, positive_mib, positive_seconds
 
 KINDS = ("math", "text", "code")
-_KEYS = ("kind", "deadline", "example", "response", "id", "expect", "memory_mb")
+_KEYS = (
+    "kind",
+    "deadline",
+    "example",
+    "response",
+    "id",
+    "expect",
+    "memory_mb",
+    "contexts",
+    "style",
+)
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
@@ -42,6 +52,10 @@ class ScorerSpec:
     expect_hang: bool = False
     memory_mb: float | None = None
     declared_in: str = ""
+    #: ``contexts=main,thread,loop``: where it is called (None: the run's setting or default).
+    contexts: tuple[str, ...] | None = None
+    #: ``style=NAME``: the call style, instead of reading it from the signature.
+    style: str | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -76,14 +90,20 @@ def build(spec: str, keys: dict[str, Any], declared_in: str, rootdir: Path) -> S
     kind = str(keys.get("kind", "math"))
     if kind not in KINDS:
         raise ScorerConfigError(f"{where}: kind={kind!r}; choose from {', '.join(KINDS)}")
-    deadline = memory = None
+    deadline = memory = contexts = None
     try:
+        if "contexts" in keys:
+            raw = keys["contexts"]
+            contexts = context_list(",".join(raw) if isinstance(raw, list | tuple) else str(raw))
         if "deadline" in keys:
             deadline = positive_seconds(str(keys["deadline"]))
         if "memory_mb" in keys:
             memory = positive_mib(str(keys["memory_mb"]))
     except ValueError as exc:
         raise ScorerConfigError(f"{where}: {exc}") from None
+    style = keys.get("style")
+    if style is not None and style not in STYLES:
+        raise ScorerConfigError(f"{where}: style={style!r}; choose from {', '.join(STYLES)}")
     expect = keys.get("expect")
     if expect not in (None, "hang"):
         raise ScorerConfigError(f"{where}: expect={expect!r}; the only expectation is expect=hang")
@@ -103,6 +123,8 @@ def build(spec: str, keys: dict[str, Any], declared_in: str, rootdir: Path) -> S
         expect_hang=expect == "hang",
         memory_mb=memory,
         declared_in=declared_in,
+        contexts=contexts,
+        style=style,
     )
 
 

@@ -2,14 +2,18 @@
 
 Generic degenerate text misses most regex hangs: a pattern only backtracks on the literals it
 matches. The string literals of the scorer's source and the patterns it compiles while scoring
-its example become the repeated units of extra cases, and every regex with overlapping
-unbounded repeats is attacked directly with ``prefix + pump * n + suffix``.
+its example become the repeated units of extra cases, and every regex that backtracks
+super-linearly is attacked directly with ``prefix + pump * n + suffix`` built from its structure
+(``_redos``). A pattern is kept with its flags, written inline (``(?s)...``), because ``.`` and
+``$`` decide what the attack must be.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import contextlib
+import inspect
 import re
 import sys
 from dataclasses import dataclass, field
@@ -20,12 +24,18 @@ from typing import Any
 
 from pytest_rewardhang.guard._spec import load_callable
 
-from . import _format
+from . import _format, _redos
 from ._format import Formula
 
 MAX_UNITS = 10
 MAX_ATTACKS = 6
 _MAX_LITERAL = 40
+_ATTACKS_PER_PATTERN = 3
+#: Patterns analysed to order them (a library may compile hundreds at import).
+_MAX_RANKED = 200
+_INLINE_FLAGS = ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"), (re.VERBOSE, "x"))
+_RE_FUNCTIONS = {"compile", "search", "match", "fullmatch", "findall", "finditer", "sub", "subn"}
+_RE_FUNCTIONS |= {"split"}
 #: Ends a pumped run so the match has to fail, after the engine tried every split.
 ATTACK_SUFFIX = "!\x00"
 
@@ -39,13 +49,34 @@ class Vocabulary:
 
 
 def collect(spec: str, rootdir: str, example: dict[str, Any]) -> Vocabulary:
-    """Import the scorer and score its example, recording every regex (run in a child)."""
-    patterns: list[str] = []
+    """Import the scorer and score its example, recording every regex (run in a child).
+
+    Patterns come out worst first: those that backtrack super-linearly, the scorer's own
+    before a library's, then the rest in the order they were seen.
+    """
+    root = str(Path(rootdir).resolve())
+    package = str(_format.top_package_dir())  # our own machinery, wherever it is installed
+    compiled: dict[tuple[str, bool], None] = {}  # seen once, whatever the calls
     original = re._compile  # type: ignore[attr-defined]
+
+    owners: dict[str, bool] = {}  # re.search calls _compile every time: resolve each file once
+
+    def own(file: str) -> bool:
+        if file not in owners:
+            resolved = str(Path(file).resolve())
+            owners[file] = (
+                resolved.startswith(root)
+                and not resolved.startswith(package)
+                and not any(p in resolved for p in ("site-packages", ".venv", "dist-packages"))
+            )
+        return owners[file]
 
     def recording(pattern: Any, flags: Any) -> Any:
         if isinstance(pattern, str):
-            patterns.append(pattern)
+            frame = sys._getframe(1)
+            while frame.f_back is not None and frame.f_code.co_filename == re.__file__:
+                frame = frame.f_back
+            compiled[with_flags(pattern, flags), own(frame.f_code.co_filename)] = None
         return original(pattern, flags)
 
     re._compile = recording  # type: ignore[attr-defined]
@@ -53,22 +84,90 @@ def collect(spec: str, rootdir: str, example: dict[str, Any]) -> Vocabulary:
         fn = load_callable(spec, Path(rootdir))
         # The example's own failure is reported by the check itself.
         with contextlib.suppress(Exception):
-            fn(**example)
+            value = fn(**example)
+            if inspect.isawaitable(value):  # an async scorer compiles its regexes when awaited
+                asyncio.run(_awaited(value))
     finally:
         re._compile = original  # type: ignore[attr-defined]
     literals: list[str] = []
-    package = str(_format.top_package_dir())  # our own machinery, wherever it is installed
+    written: list[str] = []
     for module in list(sys.modules.values()):
         file = getattr(module, "__file__", None)
-        if not file or not file.endswith(".py"):
+        if not file or not file.endswith(".py") or not own(file):
             continue
-        resolved = str(Path(file).resolve())
-        if not resolved.startswith(str(Path(rootdir).resolve())) or resolved.startswith(package):
+        literals += source_literals(Path(file))
+        written += source_patterns(Path(file))
+    seen = [*compiled, *((p, True) for p in written)]
+    return Vocabulary(rank_patterns(seen), list(dict.fromkeys(literals)))
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
+
+
+def with_flags(pattern: str, flags: Any) -> str:
+    """The pattern with the flags that change what it matches written inline."""
+    try:
+        value = int(flags)
+    except (TypeError, ValueError):
+        return pattern
+    inline = "".join(letter for flag, letter in _INLINE_FLAGS if value & flag)
+    return f"(?{inline}){pattern}" if inline else pattern
+
+
+def rank_patterns(seen: list[tuple[str, bool]]) -> list[str]:
+    """Distinct patterns, super-linear first (the scorer's own before a library's)."""
+    own: dict[str, bool] = {}
+    for pattern, mine in seen:
+        own[pattern] = own.get(pattern, False) or mine
+    order = list(own)
+
+    def key(item: tuple[int, str]) -> tuple[float, bool, int]:
+        index, pattern = item
+        if index >= _MAX_RANKED:
+            return (0.0, True, index)
+        degree = _redos.analyse(pattern).degree("search")
+        return (-min(degree, 1e9) if degree >= 2 else 0.0, not own[pattern], index)
+
+    return [pattern for _, pattern in sorted(enumerate(order), key=key)]
+
+
+def source_patterns(path: Path) -> list[str]:
+    """Constant patterns passed to ``re.compile``/``re.search``/... in a source file, with their
+    constant flags: the regexes the example did not reach."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _RE_FUNCTIONS
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in ("re", "regex")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             continue
-        if any(part in resolved for part in ("site-packages", ".venv", "dist-packages")):
-            continue
-        literals += source_literals(Path(resolved))
-    return Vocabulary(list(dict.fromkeys(patterns)), list(dict.fromkeys(literals)))
+        flags = [k.value for k in node.keywords if k.arg == "flags"]
+        position = 1 if node.func.attr == "compile" else 2
+        if len(node.args) > position:
+            flags.append(node.args[position])
+        found.append(with_flags(node.args[0].value, _constant_flags(flags[0]) if flags else 0))
+    return found
+
+
+def _constant_flags(node: ast.expr) -> int:
+    """``re.S | re.M`` and the like; 0 for anything that is not spelled out."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _constant_flags(node.left) | _constant_flags(node.right)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        flag = getattr(re, node.attr, None)
+        return int(flag) if isinstance(flag, re.RegexFlag) else 0
+    return 0
 
 
 def source_literals(path: Path) -> list[str]:
@@ -132,11 +231,22 @@ def literal_pieces(pattern: str) -> list[str]:
 
 
 def attacks(pattern: str) -> list[Formula]:
-    """``prefix + pump * n + suffix`` for each unbounded repeat that can backtrack super-linearly.
+    """``prefix + pump * n + suffix`` for each super-linear ambiguity of the pattern, worst first.
 
-    Dangerous: an unbounded repeat inside another, or two unbounded repeats in one sequence
-    whose bodies both match the pump (``.*A.*B``, ``(x+x+)+``, ``(qz)*(qz)*X``).
+    The structure decides (``_redos``): nested or overlapping repeats, exponential first, then
+    by polynomial degree, under match and search semantics. A pattern the analysis cannot read
+    (too large) falls back to the older guess: an unbounded repeat inside another, or two in
+    one sequence whose bodies both match the pump.
     """
+    analysis = _redos.analyse(pattern)
+    if not analysis.skipped:
+        found = [Formula(f.prefix, (f.pump,), f.suffix) for f in analysis.attacks()]
+        # The worst few: the check keeps MAX_ATTACKS over all patterns, in their order.
+        return found[:_ATTACKS_PER_PATTERN]
+    return _guessed_attacks(pattern)
+
+
+def _guessed_attacks(pattern: str) -> list[Formula]:
     try:
         parsed = sre_parse.parse(pattern)
     except (re.error, RecursionError, OverflowError):

@@ -6,10 +6,16 @@ from collections.abc import Sequence
 
 from hypothesis import strategies as st
 
-from . import _cases
-from ._format import Formula
+from pytest_rewardhang.corpus import _cases
+from pytest_rewardhang.corpus._format import Formula
 
-__all__ = ["degenerate_responses", "expanded", "formulas", "pathological_programs"]
+__all__ = [
+    "bundled_payloads",
+    "degenerate_responses",
+    "expanded",
+    "formulas",
+    "pathological_programs",
+]
 
 
 #: Characters that glue units together: brackets, operators, spacing and a few letters.
@@ -24,6 +30,24 @@ def _bundled_units() -> list[str]:
             if case.formula is not None and not case.formula.alphabet:
                 units += case.formula.units
     return list(dict.fromkeys(units))
+
+
+#: A literal response this short is a value to evaluate, not a degenerate response.
+_PAYLOAD_CHARS = 100
+
+
+def bundled_payloads() -> list[str]:
+    """The short literal responses of the bundled corpus: power towers, huge numbers and the
+    expressions of real incidents, which a scorer that evaluates what it extracts chokes on."""
+    corpus = _cases.load_corpus()
+    found = [
+        case.response
+        for family in corpus.responses.values()
+        if "math" in family.kinds
+        for case in family.cases
+        if case.response is not None and 0 < len(case.response) <= _PAYLOAD_CHARS
+    ]
+    return sorted(dict.fromkeys(found), key=len)  # bare values first: they fit any frame
 
 
 def formulas(

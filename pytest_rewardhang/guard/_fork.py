@@ -35,12 +35,12 @@ from ._child import run_child
 from ._outcome import Outcome, Status
 from ._wire import (
     CHUNK,
-    DUMP_LEAD_S,
     DUMP_SIGNAL,
     OUTPUT_LIMIT,
     STACK_LIMIT,
     common_fields,
     died,
+    dump_lead,
     frame_complete,
     frame_outcome,
     output_text,
@@ -248,7 +248,7 @@ class _Call:
         dumped = timed_out = False
         leaked = 0
         deadline = self.start_time + self.budget
-        exited = self._wait_until(deadline - DUMP_LEAD_S)
+        exited = self._wait_until(deadline - dump_lead(self.budget))
         if not exited and not frame_complete(self.result):
             dumped = self._signal(DUMP_SIGNAL)
             exited = self._wait_until(deadline)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
+import os
 import re
 import signal as _signal
 import sysconfig
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,37 +47,194 @@ class Containment(enum.StrEnum):
     NONE = "none"
 
 
+#: The standard library's folders; ``site-packages`` below them is not the standard library.
+_STDLIB_DIRS = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")})
+#: This package: the guard's and the check's frames are machinery around the call.
+_MACHINERY_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
 #: Frames in these are where a call was, not the line to fix: the standard library, installed
 #: packages and this package's own machinery.
 _LIBRARY_DIRS = tuple(
     {
         *(sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")),
         # The whole package, not just guard/: the check's frames are machinery too.
-        str(Path(__file__).resolve().parents[1]),
+        _MACHINERY_DIR,
     }
 )
 _FRAME = re.compile(
     r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>\S+)', re.MULTILINE
 )
+#: faulthandler writes this line in place of a thread's frames past its 100th (MAX_FRAME_DEPTH).
+_TRUNCATED = re.compile(r"^\s*\.\.\.\s*$", re.MULTILINE)
 
 #: ``(file, line, function)`` of one stack frame.
 Frame = tuple[str, int, str]
 
 
-def thread_stacks(stack: str | None, *, current_first: bool = False) -> list[list[Frame]]:
-    """Each thread's frames, innermost first, from a faulthandler dump, in its order."""
-    blocks = [block for block in (stack or "").split("\n\n") if block.strip()]
-    if current_first:
-        blocks.sort(key=lambda block: "Current thread" not in block)
-    stacks = [
-        [(m["file"], int(m["line"]), m["func"]) for m in _FRAME.finditer(block)] for block in blocks
-    ]
-    return [frames for frames in stacks if frames]
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    """One thread of a faulthandler dump."""
+
+    #: Innermost first, as faulthandler writes them.
+    frames: tuple[Frame, ...]
+    #: The thread that took the dump signal (the main thread: not necessarily the stuck one).
+    current: bool
+    #: faulthandler keeps a thread's innermost 100 frames: the outer ones, where the call
+    #: started, are missing (deep recursion).
+    truncated: bool
+    #: The dump ends inside this thread: the process was killed while faulthandler wrote it
+    #: (the dump signal goes out shortly before the kill; a starved process can miss that
+    #: window), so its outer frames are missing.
+    cut: bool = False
+
+
+#: The outermost frame of a thread whose stack was dumped whole: a script or ``-c`` code, runpy,
+#: or a ``threading`` thread's bootstrap.
+_STARTS = ("<module>", "_run_module_as_main", "_bootstrap")
+
+
+def parse_stack(stack: str | None) -> list[ThreadStack]:
+    """Each thread of a faulthandler dump that has Python frames, in the dump's order."""
+    threads = []
+    for block in (stack or "").split("\n\n"):
+        frames = tuple((m["file"], int(m["line"]), m["func"]) for m in _FRAME.finditer(block))
+        if frames:
+            threads.append(
+                ThreadStack(frames, "Current thread" in block, bool(_TRUNCATED.search(block)))
+            )
+    # faulthandler writes the threads newest first and ends with the thread that took the
+    # signal (the main thread): a dump without it, or whose last thread does not reach where a
+    # thread starts, was cut short.
+    if threads and not threads[-1].truncated:
+        last = threads[-1]
+        whole = "Current thread" in (stack or "") and last.frames[-1][2] in _STARTS
+        if not whole:
+            threads[-1] = ThreadStack(last.frames, last.current, last.truncated, cut=True)
+    return threads
 
 
 def is_library(file: str) -> bool:
     """The standard library, an installed package, or this package's machinery."""
-    return file.startswith(_LIBRARY_DIRS) or "site-packages" in file or "dist-packages" in file
+    return (
+        file.startswith(_LIBRARY_DIRS)
+        or "site-packages" in file
+        or "dist-packages" in file
+        or file.startswith("<frozen ")
+    )
+
+
+def is_stdlib(file: str) -> bool:
+    """The standard library (frozen modules included), not the packages installed beside it."""
+    if file.startswith("<frozen "):
+        return True
+    installed = "site-packages" in file or "dist-packages" in file
+    return file.startswith(_STDLIB_DIRS) and not installed
+
+
+def is_machinery(file: str) -> bool:
+    """This package's own frames: the guard and the check around the call."""
+    return file.startswith(_MACHINERY_DIR)
+
+
+def package_root(file: str) -> str:
+    """The outermost package folder holding ``file`` (``__init__.py`` on the way up), or
+    ``file`` itself for a module outside any package: where one project's code ends."""
+    folder = Path(file).parent
+    top = None
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        top = folder
+        folder = folder.parent
+    return str(top) + os.sep if top is not None else file
+
+
+def under(file: str, roots: tuple[str, ...]) -> bool:
+    """``file`` is one of ``roots`` or inside one (a root ending in a separator is a folder)."""
+    return any(file == root or (root.endswith(os.sep) and file.startswith(root)) for root in roots)
+
+
+@dataclass(frozen=True, slots=True)
+class Stuck:
+    """Where a timed-out call was, read from the dump of the thread that ran it."""
+
+    #: The frames of the call's own code, innermost first.
+    own: tuple[Frame, ...] = ()
+    #: The innermost frame of that thread, wherever it is (the standard library, a C call's
+    #: caller, a package).
+    innermost: Frame | None = None
+    #: That thread's stack was cut at faulthandler's 100 frames: outer frames (possibly all
+    #: of the call's own) are missing.
+    truncated: bool = False
+    #: The dump itself ends inside that thread (see :attr:`ThreadStack.cut`): outer frames are
+    #: missing.
+    cut: bool = False
+    #: The outermost frame of the call, the callable it was given, when the dump reaches it.
+    entry: Frame | None = None
+
+    @property
+    def at(self) -> Frame | None:
+        """The innermost frame of the call's own code, else the innermost frame."""
+        return self.own[0] if self.own else self.innermost
+
+
+def find_stuck(stack: str | None, own: Callable[[str], bool] | None = None) -> Stuck:
+    """Where the call in a faulthandler dump was stuck.
+
+    The thread that ran the call is the one whose frames below this package's machinery
+    (the guard's call, the check's thread) reach code outside the standard library, or one cut
+    at 100 frames; not the main thread waiting for it in ``threading``. ``own(file)`` says
+    which files are the call's own code; by default, the package (or lone module) of the
+    callable's file, and any file that is neither the standard library nor an installed package.
+    """
+    best: tuple[tuple[bool, bool, bool], Stuck] | None = None
+    for thread in parse_stack(stack):
+        frames, bounded = _call_frames(thread.frames)
+        if not frames:
+            continue
+        entry = next((f for f in reversed(frames) if not is_stdlib(f[0])), None)
+        entry = entry if bounded else None
+        mine = own or _own_by_entry(entry)
+        found = Stuck(
+            own=tuple(f for f in frames if mine(f[0])),
+            innermost=frames[0],
+            truncated=thread.truncated,
+            cut=thread.cut,
+            entry=entry,
+        )
+        ran_the_call = entry is not None or ((thread.truncated or thread.cut) and not bounded)
+        rank = (ran_the_call, bool(found.own), thread.current)
+        if best is None or rank > best[0]:
+            best = (rank, found)
+    if best is not None:
+        return best[1]
+    # No Python frame inside the machinery: the callable is C code (a builtin, a partial of
+    # one). Its caller's line, the first frame outside the guard that is not a library's
+    # (``run``'s child carries its caller's stack), says which call that was.
+    threads = sorted(parse_stack(stack), key=lambda thread: not thread.current)
+    if not threads:
+        return Stuck()
+    frames = threads[0].frames
+    caller = next((f for f in frames if not is_library(f[0])), frames[0])
+    return Stuck(own=(caller,) if caller is not frames[0] else (), innermost=frames[0])
+
+
+def _call_frames(frames: tuple[Frame, ...]) -> tuple[tuple[Frame, ...], bool]:
+    """The frames inside the innermost machinery frame, and whether one was found.
+
+    Outside it are the guard's and the check's own frames, and, in ``run``'s forked child, the
+    caller's whole stack (a script, ``<frozen runpy>``): none of them is where the call is.
+    """
+    for index, (file, _, _) in enumerate(frames):
+        if is_machinery(file):
+            return frames[:index], True
+    return frames, False
+
+
+def _own_by_entry(entry: Frame | None) -> Callable[[str], bool]:
+    roots = (package_root(entry[0]),) if entry is not None else ()
+
+    def own(file: str) -> bool:
+        return under(file, roots) or not (is_library(file) or file.startswith("<"))
+
+    return own
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +274,10 @@ class Outcome:
     @property
     def stuck_at(self) -> Frame | None:
         """``(file, line, function)`` where the call was stuck: the innermost frame of the
-        caller's own code, past the standard library and installed packages it was inside."""
-        stacks = thread_stacks(self.stack, current_first=True)
-        if not stacks:
-            return None
-        return next((f for f in stacks[0] if not is_library(f[0])), stacks[0][0])
+        callable's own code (its package, wherever installed, and any file outside the standard
+        library and installed packages) in the thread that ran it; else that thread's innermost
+        frame. :func:`find_stuck` tells the two apart."""
+        return find_stuck(self.stack).at
 
     def describe(self) -> str:
         """One line naming the cause, for logs and failure messages."""

@@ -1,12 +1,15 @@
-"""A warm pool of guarded workers: batch scoring with an exact per-item deadline, in the caller.
+"""A warm pool of guarded workers: scoring with an exact per-item deadline, from any thread.
 
 Workers are forked from a zygote (see :mod:`._zygote`) that imported the scorer in a fresh
 interpreter, so their cost does not depend on the caller's size or threads (how each comes to
 exist, from the zygote or from the caller, is :mod:`._launch`'s). Each worker answers
 every item before it starts the next one, which lets the caller know at all times which item a
-worker is running and since when; the caller waits in ``poll()`` on the workers' result pipes
-with the earliest deadline as its timeout. It starts no thread and installs no signal handler.
-Here: handing out batches, the per-item deadlines, accounting for deaths, respawning, closing.
+worker is running and since when; one loop waits in ``poll()`` on the workers' result pipes
+with the earliest deadline as its timeout. That loop runs in whichever thread is driving:
+``map()`` drives it in its caller while no other thread uses the pool; the first ``submit()``
+starts one daemon driver thread, which drives it from then on, and the others hand it work
+through a queue and an eventfd in the same ``poll()``. It installs no signal handler.
+Here: handing out work, the per-item deadlines, accounting for deaths, respawning, closing.
 """
 
 from __future__ import annotations
@@ -23,8 +26,12 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, InvalidStateError
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 from . import _proctree
 from ._contain import containment
@@ -41,7 +48,6 @@ from ._run import _check_limits
 from ._spec import SpecError, load_callable
 from ._wire import (
     CHUNK,
-    DUMP_LEAD_S,
     DUMP_SIGNAL,
     EXITED,
     FENCE,
@@ -57,6 +63,7 @@ from ._wire import (
     common_fields,
     decode,
     died,
+    dump_lead,
     outcome_from_frame,
     output_text,
     read_bounded,
@@ -90,6 +97,11 @@ _MAX_REPLACED = 3
 
 _OK = Status.OK
 _FORK = Mechanism.FORK
+#: Items submitted and not answered yet, by default, per worker: room enough that trainers'
+#: bursts never wait, small enough that a runaway producer is held back.
+_PENDING_PER_WORKER = 256
+#: The status of an item the pool could not finish, because it was closed or failed.
+_CLOSED = "the pool was closed before this item finished"
 #: Signals held back while close() runs.
 _DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM}
 
@@ -154,10 +166,113 @@ class _Worker:
         return self.sent[0][0], max(self.last_end, self.sent[0][1])
 
 
+Item = tuple[Any, ...] | dict[str, Any] | list[Any]
+
+
+class _Batch:
+    """One ``map()`` call's items and where their outcomes go, in order."""
+
+    __slots__ = ("base", "items", "left", "results")
+
+    def __init__(self, items: list[Item]) -> None:
+        self.items = items
+        #: Index of its first item; the engine gives it a range when it takes the batch.
+        self.base = -1
+        self.results: list[Outcome | None] = [None] * len(items)
+        #: Items without an outcome yet; read by waiting threads under ``lock``.
+        self.left = len(items)
+
+
+class _Cancel:
+    """A waiting ``map()`` was interrupted: its items that have not started never will."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: _Batch) -> None:
+        self.batch = batch
+
+
+class _Slots:
+    """The bound on submitted items not answered yet, for threads and event loops alike.
+
+    A thread waits on a condition; a coroutine on an asyncio future that a freed slot resolves
+    through its loop's ``call_soon_threadsafe``, so no event loop is ever blocked. Every waiting
+    coroutine is woken and tries again (no slot is handed to one that was cancelled meanwhile).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.free = size
+        self.closed = False
+        self.cond = threading.Condition(threading.Lock())
+        self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def acquire(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            while not self.free and not self.closed:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(
+                        f"Pool.submit: {self.size} items were still pending after waiting "
+                        f"{timeout:g} s for room (max_pending={self.size}, submit_timeout)"
+                    )
+                self.cond.wait(left)
+            if self.closed:
+                raise ValueError("submit() on a closed Pool")
+            self.free -= 1
+
+    async def aacquire(self) -> None:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        while True:
+            with self.cond:
+                if self.closed:
+                    raise ValueError("asubmit() on a closed Pool")
+                if self.free:
+                    self.free -= 1
+                    return
+                waiter = loop.create_future()
+                self.waiters.append((loop, waiter))
+            try:
+                await waiter
+            finally:
+                with self.cond, contextlib.suppress(ValueError):
+                    self.waiters.remove((loop, waiter))
+
+    def release(self, count: int = 1) -> None:
+        with self.cond:
+            self.free += count
+            self.cond.notify(count)
+            waiters, self.waiters = self.waiters, []
+        _wake_all(waiters)
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+            waiters, self.waiters = self.waiters, []
+        _wake_all(waiters)
+
+
+def _wake_all(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
+    for loop, waiter in waiters:
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there
+            loop.call_soon_threadsafe(_set_none, waiter)
+
+
+def _set_none(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class _Engine:
     """Everything the pool owns. Holds no reference to the :class:`Pool`, so GC can close it."""
 
-    def __init__(self, workers: int, budget: float, memory_mb: float | None) -> None:
+    def __init__(
+        self, workers: int, budget: float, memory_mb: float | None, max_pending: int
+    ) -> None:
         self.budget = budget
         self.memory_mb = memory_mb
         #: Unpickle results that are not plain data: see _wire.decode.
@@ -179,14 +294,37 @@ class _Engine:
         self.replaced = 0
         #: Items handed out again because the worker left before starting them.
         self.requeued: dict[int, int] = {}
-        # Per map() call:
-        self.results: list[Outcome | None] = []
-        self.items: list[tuple[Any, ...] | dict[str, Any]] = []
+        # Every item taken and not answered yet, whoever gave it: map() calls and submit().
+        self.next_index = 0
+        self.items: dict[int, Item] = {}
+        #: Where each item's outcome goes: its map() call's batch, or its submit()'s future.
+        self.sinks: dict[int, _Batch | Future[Outcome]] = {}
+        #: How many of the sinks are futures: only then must a batch be checked for cancelled.
+        self.futures = 0
         self.queue: deque[int] = deque()
         #: Items a dead worker had queued behind its last one. They go out one at a time, one
         #: per worker, so two hangs that waited behind a third never end up behind each other.
         self.retry: deque[int] = deque()
         self.remaining = 0
+        # Threads. Only the thread that holds the turn (``driving``) touches anything above;
+        # the others append to ``inbox`` and write ``wake``, which the loop polls with the rest.
+        # Reentrant: a Pool collected in the driver thread, inside a ``with lock``, closes it.
+        self.lock = threading.RLock()
+        self.turn = threading.Condition(self.lock)
+        #: Threads in ``turn.wait()``: only then is there anybody to notify.
+        self.waiting = 0
+        self.driving = False
+        self.driving_thread = 0
+        #: The driving thread is in (or about to enter) poll(): only then is it woken.
+        self.idle = False
+        self.driver: threading.Thread | None = None
+        self.inbox: deque[_Batch | _Cancel | tuple[Item, Future[Outcome]]] = deque()
+        #: Closed to new work (close() was called, or the pool failed); ``closed`` once stopped.
+        self.closing = False
+        self.failure: str | None = None
+        self.slots = _Slots(max_pending)
+        self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._register(self.wake, "wake", None, select.POLLIN)
 
     def start(self, fn: Callable[..., Any] | str) -> None:
         _proctree.prepare()
@@ -215,6 +353,7 @@ class _Engine:
         else:
             assert self.fn is not None
             inherited = [fd for w in self.workers.values() for fd in w.fds.values()]
+            inherited.append(self.wake)
             self.zygote = Zygote.fork(self.fn, self.memory_mb, inherited)
         self._register(self.zygote.sock.fileno(), "zygote", None, select.POLLIN)
         self._register(self.zygote.pidfd, "zygote", None, select.POLLIN)
@@ -265,43 +404,231 @@ class _Engine:
             self.to_spawn -= 1
             self._spawn()
 
-    # --- map ---------------------------------------------------------------------------------
+    # --- taking work ------------------------------------------------------------------------
 
     def map(self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]) -> list[Outcome]:
-        if self.closed:
-            raise ValueError("map() on a closed Pool")
         if os.getpid() != self.owner:
             raise PoolError("this Pool belongs to the process that forked this one; make a new one")
-        self.items = [_arguments(item) for item in items]
-        self.results = [None] * len(self.items)
-        self.queue = deque(range(len(self.items)))
-        self.retry = deque()
-        self.remaining = len(self.queue)
-        self.requeued = {}
+        if self.closing:
+            raise ValueError("map() on a closed Pool")
+        batch = _Batch([_arguments(item) for item in items])
+        if not batch.left:
+            return []
+        me = threading.get_ident()
+        if self.driving_thread == me:
+            raise RuntimeError("map() from inside the pool's own loop (a future's callback)")
         try:
-            while self.remaining:
-                self._respawn()
-                gather = self._dispatch()
-                if not self.remaining:
-                    break  # the last items could not be pickled: nothing left to wait for
-                if gather > 0:
-                    # Every worker has work queued past the current item: let results gather
-                    # instead of waking for each one. Bounded by the next deadline, so no
-                    # deadline is passed late.
-                    timeout = self._poll_timeout()
-                    time.sleep(min(gather, _FOREVER_S if timeout is None else timeout / 1000))
-                timeout = self._poll_timeout()
-                if timeout is None and not any(w.sent for w in self.workers.values()):
-                    timeout = 0  # what was handed out could not be pickled: hand out more
-                self._handle(self.poller.poll(timeout))
-                self._check_deadlines()
-        except BaseException:
-            # KeyboardInterrupt, or the pool itself failed: leave nothing running. The pool is
-            # closed: map() raises what interrupted it, and a later map() says the pool is closed.
-            self.close()
+            with self.lock:
+                if self.closing:
+                    raise ValueError("map() on a closed Pool")
+                self.inbox.append(batch)
+                if self.driving and self.idle:
+                    self._poke()
+                while batch.left and self.driving:
+                    self._wait()  # another thread drives, for this batch too
+                if batch.left:
+                    # Nobody drives (any more): this thread does, as map() always did, serving
+                    # what other threads hand in meanwhile too. The thread is set first, as
+                    # that is what says, if an interrupt lands in between, who holds the turn.
+                    self.driving_thread = me
+                    self.driving = True
+            if batch.left:
+                self._drive(batch)
+        except BaseException as exc:
+            if self.driving_thread == me:
+                # KeyboardInterrupt, or the pool itself failed, while this thread drove: leave
+                # nothing running. The pool is closed: map() raises what interrupted it, and a
+                # later call says the pool is closed.
+                self._shutdown(f"{_CLOSED}: {_said(exc)} in the thread driving it")
+            else:
+                # Interrupted while another thread drives: nothing of the pool is half done
+                # here, so it goes on for the others; this call's items that have not started
+                # never will.
+                with self.lock:
+                    if not self.closing:
+                        self.inbox.append(_Cancel(batch))
+                        self._poke()
             raise
-        results, self.results, self.items = self.results, [], []
-        return results  # type: ignore[return-value]
+        finally:
+            if self.driving_thread == me:
+                self._leave()
+        return batch.results  # type: ignore[return-value]
+
+    def submit(
+        self, item: Item, timeout: float | None, *, acquired: bool = False
+    ) -> Future[Outcome]:
+        """Queue one item from any thread; its future gets its outcome."""
+        if os.getpid() != self.owner:
+            raise PoolError("this Pool belongs to the process that forked this one; make a new one")
+        if not acquired:
+            # From the loop's own thread (a future's callback) a full queue would never drain.
+            inside = self.driving_thread == threading.get_ident()
+            self.slots.acquire(0.0 if inside else timeout)
+        future: Future[Outcome] = Future()
+        with self.lock:
+            if self.closing:
+                self.slots.release()
+                raise ValueError("submit() on a closed Pool")
+            self.inbox.append((item, future))
+            if self.driver is None:
+                self.driver = threading.Thread(
+                    target=self._serve, name="rewardhang-pool-driver", daemon=True
+                )
+                self.driver.start()
+            if self.idle:
+                self._poke()
+        return future
+
+    def _poke(self) -> None:
+        """Wake the loop; with ``lock`` held, so that the eventfd is still open."""
+        if self.wake >= 0:
+            os.eventfd_write(self.wake, 1)
+
+    def _serve(self) -> None:
+        """The driver thread: drive the loop from when the turn is free until the pool closes."""
+        with self.lock:
+            while self.driving and not self.closing:
+                self._wait()
+            if self.closing:
+                return
+            self.driving_thread = threading.get_ident()
+            self.driving = True
+        try:
+            self._drive(None)
+        except BaseException as exc:  # noqa: BLE001 - the pool failed: say so in every outcome
+            self.failure = f"{_CLOSED}: the pool failed: {_said(exc)}"
+            self._shutdown(self.failure)
+        finally:
+            self._leave()
+
+    def _wait(self) -> None:
+        """Wait (with ``lock`` held) for a batch to finish or the turn to be free."""
+        self.waiting += 1
+        try:
+            self.turn.wait()
+        finally:
+            self.waiting -= 1
+
+    def _leave(self) -> None:
+        with self.lock:
+            self.driving = False
+            self.driving_thread = 0
+            if self.waiting:
+                self.turn.notify_all()
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def _drive(self, batch: _Batch | None) -> None:
+        """The one loop: until ``batch`` is done, or (the driver thread's) until closed."""
+        while True:
+            if self.inbox:
+                self._take_inbox()
+            if self.closing:
+                self._shutdown(self.failure or _CLOSED)
+                return
+            if batch is not None and not batch.left:
+                return
+            self._respawn()
+            gather = self._dispatch()
+            if batch is not None and not batch.left:
+                return  # the last items could not be pickled: nothing left to wait for
+            if gather > 0:
+                # Every worker has work queued past the current item: let results gather
+                # instead of waking for each one. Bounded by the next deadline, so no
+                # deadline is passed late.
+                timeout = self._poll_timeout()
+                time.sleep(min(gather, _FOREVER_S if timeout is None else timeout / 1000))
+            timeout = self._poll_timeout()
+            if (
+                timeout is None
+                and (self.queue or self.retry)
+                and not any(w.sent for w in self.workers.values())
+            ):
+                timeout = 0  # what was handed out could not be pickled: hand out more
+            # Others wake the loop only while it waits in poll(): a syscall saved per item
+            # while it is busy. Set before the last look at the inbox, so none is missed.
+            self.idle = True
+            if self.inbox or self.closing:
+                timeout = 0
+            events = self.poller.poll(timeout)
+            self.idle = False
+            self._handle(events)
+            self._check_deadlines()
+
+    def _take_inbox(self) -> None:
+        inbox = self.inbox
+        while inbox:
+            entry = inbox.popleft()
+            if type(entry) is _Batch:
+                n = len(entry.items)
+                base = entry.base = self.next_index
+                self.next_index += n
+                indexes = range(base, base + n)
+                self.items.update(zip(indexes, entry.items, strict=True))
+                self.sinks.update(dict.fromkeys(indexes, entry))
+                self.queue.extend(indexes)
+                self.remaining += n
+            elif type(entry) is _Cancel:
+                self._cancel(entry.batch)
+            else:
+                item, future = entry  # type: ignore[misc]
+                index = self.next_index
+                self.next_index += 1
+                self.items[index] = item
+                self.sinks[index] = future
+                self.futures += 1
+                self.queue.append(index)
+                self.remaining += 1
+
+    def _cancel(self, batch: _Batch) -> None:
+        """Drop a batch's items that no worker has started (or been handed)."""
+        if batch.base < 0:
+            return
+        mine = range(batch.base, batch.base + len(batch.items))
+        for waiting in (self.queue, self.retry):
+            dropped = [i for i in waiting if i in mine]
+            if dropped:
+                kept = [i for i in waiting if i not in mine]
+                waiting.clear()
+                waiting.extend(kept)
+            for index in dropped:
+                self._finish(index, Outcome(Status.ERROR, error="cancelled", budget=self.budget))
+
+    def _finish(self, index: int, outcome: Outcome) -> None:
+        """Hand an item's outcome to whoever gave the item; only its first outcome counts."""
+        sink = self.sinks.pop(index, None)
+        if sink is None:
+            return
+        del self.items[index]
+        self.remaining -= 1
+        if self.requeued:
+            self.requeued.pop(index, None)
+        if type(sink) is _Batch:
+            sink.results[index - sink.base] = outcome
+            sink.left -= 1
+            if not sink.left:
+                with self.lock:  # under the lock, so a waiting map() cannot miss it
+                    if self.waiting:
+                        self.turn.notify_all()
+            return
+        self.futures -= 1
+        # The future's callbacks run here (asyncio's hand the outcome to its loop).
+        with contextlib.suppress(InvalidStateError):  # cancelled before it started
+            sink.set_result(outcome)  # type: ignore[union-attr]
+        self.slots.release()
+
+    def _starts(self, index: int) -> bool:
+        """Whether a submitted item may start: False (and accounted for) if it was cancelled."""
+        sink = self.sinks[index]
+        if type(sink) is _Batch or sink.running():  # type: ignore[union-attr]
+            return True
+        if sink.set_running_or_notify_cancel():  # type: ignore[union-attr]
+            return True
+        del self.sinks[index], self.items[index]
+        self.remaining -= 1
+        self.futures -= 1
+        self.slots.release()
+        return False
 
     def _dispatch(self) -> float:
         """Hand out batches; how long results may gather before any worker runs dry."""
@@ -339,6 +666,10 @@ class _Engine:
         return min(_GATHER_S, queued * self.mean_item_s / 2)
 
     def _send(self, worker: _Worker, batch: list[int]) -> None:
+        if self.futures:
+            batch = [i for i in batch if self._starts(i)]
+            if not batch:
+                return
         try:
             blob = pickle.dumps([self.items[i] for i in batch], protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - find the item that will not pickle; send the rest
@@ -362,8 +693,7 @@ class _Engine:
             pickle.dumps(self.items[index], protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - that item's outcome, not the batch's
             text = f"{type(exc).__name__}: the item could not be pickled: {exc}"
-            self.results[index] = Outcome(Status.ERROR, error=text, budget=self.budget)
-            self.remaining -= 1
+            self._finish(index, Outcome(Status.ERROR, error=text, budget=self.budget))
             return False
         return True
 
@@ -414,7 +744,7 @@ class _Engine:
             index, start = current
             due = start + self.budget
             if worker.dumped != index:
-                due -= DUMP_LEAD_S
+                due -= dump_lead(self.budget)
             earliest = min(earliest, due)
         if earliest == math.inf:
             return None
@@ -429,7 +759,7 @@ class _Engine:
             if current is None or worker.kill_for is not None:
                 continue
             index, start = current
-            if now < start + self.budget - DUMP_LEAD_S:
+            if now < start + self.budget - dump_lead(self.budget):
                 continue
             if now >= start + self.budget:
                 # Before looking for its answer: see FENCE. From here the worker either
@@ -522,6 +852,9 @@ class _Engine:
                 self._write(worker)
             elif kind == "zygote" and self.zygote is not None:
                 self._zygote_messages()
+            elif kind == "wake":
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(fd)
 
     def _zygote_messages(self) -> None:
         assert self.zygote is not None
@@ -579,8 +912,8 @@ class _Engine:
             # Not the item it is running: something in the call wrote on the result pipe.
             # The worker goes; the item it was running is its own, a crash, never the batch.
             worker.lost = (
-                f"the worker's result pipe carried an answer for item {index} while it ran "
-                "this one (the call wrote on the worker's pipe), so the worker was killed"
+                "the worker's result pipe carried something other than this item's answer "
+                "(the call wrote on the worker's pipe), so the worker was killed"
             )
             current = worker.current()
             if current is not None and worker.kill_for is None:
@@ -617,9 +950,7 @@ class _Engine:
                 outcome = outcome_from_frame(
                     status, value, error, exception, leaked, common, objects=self.objects
                 )
-        if self.results[index] is None:
-            self.remaining -= 1
-        self.results[index] = outcome
+        self._finish(index, outcome)
 
     def _on_death(self, worker: _Worker, status: int, cpu: float, rss: float, leaked: int) -> None:
         """Account for a dead worker's items: the running one ends, the rest go back."""
@@ -651,16 +982,18 @@ class _Engine:
                     dump, _ = read_bounded(worker.fds["stack_r"], STACK_LIMIT)
                     stack = dump.decode("utf-8", "replace") or None
                 output = output_text(*read_bounded(worker.fds["output_r"], OUTPUT_LIMIT))
-                self.results[index] = Outcome(
-                    ended,
-                    error=worker.lost,
-                    stack=stack,
-                    signal=signum,
-                    exit_code=exit_code,
-                    leaked=leaked,
-                    **common_fields(wall, cpu - worker.cpu_base, rss, output, self.budget),
+                self._finish(
+                    index,
+                    Outcome(
+                        ended,
+                        error=worker.lost,
+                        stack=stack,
+                        signal=signum,
+                        exit_code=exit_code,
+                        leaked=leaked,
+                        **common_fields(wall, cpu - worker.cpu_base, rss, output, self.budget),
+                    ),
                 )
-                self.remaining -= 1
             else:
                 # Killed for an item that answered at the deadline, or retired after one: the
                 # fence kept this one from starting. It goes out again, for the first time.
@@ -687,28 +1020,80 @@ class _Engine:
     # --- close -------------------------------------------------------------------------------
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
+        """Close from any thread: the driving thread stops everything, or this one does."""
         if os.getpid() != self.owner:
-            return  # the processes are the owner's to stop; our copies of the fds die with us
-        # A Ctrl-C (or any signal whose handler raises) waits until everything is stopped and
-        # closed: close() is bounded (the caller kills the zygote's tree itself, waits at most
-        # ~1 s for it to exit) and cannot be left half done.
+            # The processes are the owner's to stop; our copies of the fds die with us. No lock
+            # either: a thread that held one at the fork does not exist here.
+            self.closing = self.closed = True
+            return
+        me = threading.get_ident()
+        with self.lock:
+            if self.closed:
+                return
+            self.closing = True
+            if self.driving and self.driving_thread == me:
+                # From inside the loop (GC, or a future's callback, ran this): it stops at
+                # its next turn, which is soon, as the loop never blocks on anything else.
+                self._poke()
+                return
+            if self.driving:
+                self._poke()
+                while self.driving:
+                    self._wait()
+                if self.closed:
+                    return
+            self.driving_thread = me
+            self.driving = True
+        try:
+            self._shutdown(self.failure or _CLOSED)
+        finally:
+            self._leave()
+
+    def _shutdown(self, why: str) -> None:
+        """Stop every process, and end every item not answered with an ERROR saying ``why``.
+
+        Only by the thread driving the loop. No future or map() is left waiting for ever.
+        A Ctrl-C (or any signal whose handler raises) waits until it is all done: it is
+        bounded (the caller kills the zygote's tree itself, waits at most ~1 s for it to exit)
+        and cannot be left half done.
+        """
         blocked = threading.current_thread() is threading.main_thread()
         if blocked:
             old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
         try:
+            with self.lock:
+                self.closing = True
+            self.slots.close()
+            try:
+                self._stop()
+            finally:
+                with self.lock:
+                    # Nothing is appended to the inbox, nor the eventfd written, from here on.
+                    if self.wake >= 0:
+                        self._unregister(self.wake)
+                        os.close(self.wake)
+                        self.wake = -1
+                self._take_inbox()
+                self.queue.clear()
+                self.retry.clear()
+                ended = Outcome(Status.ERROR, error=why, budget=self.budget)
+                for index in list(self.sinks):
+                    self._finish(index, ended)
+        finally:
+            if blocked:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+    def _stop(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
             if self.zygote is not None:
                 self.zygote.stop()
         finally:
-            try:
-                for worker in list(self.workers.values()):
-                    self._forget(worker)
-                self._forget_zygote()
-            finally:
-                if blocked:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            for worker in list(self.workers.values()):
+                self._forget(worker)
+            self._forget_zygote()
 
     def _forget_zygote(self) -> None:
         if self.zygote is not None:
@@ -725,11 +1110,20 @@ class Pool:
     imported once in a fresh zygote process that the workers are forked from (a picklable
     callable object of an importable class is pickled there). Any other callable
     (a lambda, a closure, a bound method) is served by workers forked from the caller, with a
-    warning when the caller is large. ``budget`` and ``memory_mb`` mean what they mean for
-    :func:`~pytest_rewardhang.guard.run`, per item; each item's deadline starts when a worker
-    starts it. One :meth:`map` runs at a time; calls from several threads take turns.
-    A value or exception that is not plain data comes back only with ``objects=True``, as
-    for :func:`~pytest_rewardhang.guard.run`.
+    warning when the caller is large. ``async def`` scorers are awaited in the workers.
+    ``budget`` and ``memory_mb`` mean what they mean for :func:`~pytest_rewardhang.guard.run`,
+    per item; each item's deadline starts when a worker starts it, never while it waits.
+
+    Work comes in three ways, from any number of threads and event loops at once, all sharing
+    the same workers: :meth:`map` (a batch, outcomes in order), :meth:`submit` (one item, a
+    :class:`concurrent.futures.Future`) and :meth:`asubmit` (one item, awaited without blocking
+    the event loop). At most ``max_pending`` submitted items (default ``256 * workers``) wait
+    or run at a time: past that :meth:`submit` blocks its thread, up to ``submit_timeout``
+    seconds (then :class:`TimeoutError`), and :meth:`asubmit` awaits. :meth:`close` (from any
+    thread, or when the pool is collected or the interpreter exits) ends every item not
+    answered yet with an ERROR outcome; none is left waiting. A future cancelled before its
+    item starts never runs it. A value or exception that is not plain data comes back only
+    with ``objects=True``, as for :func:`~pytest_rewardhang.guard.run`.
     """
 
     def __init__(
@@ -739,14 +1133,23 @@ class Pool:
         budget: float = 2.0,
         memory_mb: float | None = None,
         objects: bool = False,
+        max_pending: int | None = None,
+        submit_timeout: float | None = None,
     ) -> None:
         _check_limits(budget, memory_mb)
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be a positive int, not {workers!r}")
+        if max_pending is None:
+            max_pending = _PENDING_PER_WORKER * workers
+        if not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"max_pending must be a positive int, not {max_pending!r}")
+        if submit_timeout is not None and not submit_timeout >= 0:
+            raise ValueError(f"submit_timeout must be >= 0 seconds or None, not {submit_timeout!r}")
         self.budget = float(budget)
         self.workers = workers
-        self._lock = threading.Lock()
-        engine = self._engine = _Engine(workers, float(budget), memory_mb)
+        self.max_pending = max_pending
+        self.submit_timeout = submit_timeout
+        engine = self._engine = _Engine(workers, float(budget), memory_mb, max_pending)
         engine.objects = objects
         try:
             engine.start(fn)
@@ -757,17 +1160,43 @@ class Pool:
 
     def map(self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]) -> list[Outcome]:
         """One :class:`Outcome` per item, in order: tuples are positional, dicts keyword."""
-        with self._lock:
-            return self._engine.map(items)
+        return self._engine.map(items)
+
+    def submit(self, /, *args: Any, **kwargs: Any) -> Future[Outcome]:
+        """Score ``fn(*args, **kwargs)`` in a worker; the future's result is its :class:`Outcome`.
+
+        Never raises for the item itself (an unpicklable argument, a hang, a crash: all are
+        outcomes). Blocks while ``max_pending`` items are pending; raises :class:`ValueError`
+        on a closed pool.
+        """
+        return self._engine.submit(_call(args, kwargs), self.submit_timeout)
+
+    async def asubmit(self, /, *args: Any, **kwargs: Any) -> Outcome:
+        """:meth:`submit`, awaited: the event loop never blocks, not even on a full queue.
+
+        Cancelling the awaiting task cancels the item if no worker has started it.
+        """
+        import asyncio
+
+        engine = self._engine
+        await engine.slots.aacquire()
+        try:
+            future = engine.submit(_call(args, kwargs), None, acquired=True)
+        except BaseException:
+            engine.slots.release()
+            raise
+        return await asyncio.wrap_future(future)
 
     def close(self) -> None:
-        """Kill every worker and the zygote; leaves no process, zombie or descriptor."""
-        with self._lock:
-            self._finalizer()
+        """Kill every worker and the zygote; leaves no process, zombie or descriptor.
+
+        Items not answered yet end with an ERROR outcome. From any thread; idempotent.
+        """
+        self._finalizer()
 
     @property
     def closed(self) -> bool:
-        return self._engine.closed
+        return self._engine.closing
 
     def __enter__(self) -> Pool:
         return self
@@ -779,6 +1208,19 @@ class Pool:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Item:
+    """One submitted call as the worker takes it: a tuple, a dict, or both in a list."""
+    if not kwargs:
+        return args
+    if not args:
+        return kwargs
+    return [args, kwargs]
 
 
 def _arguments(item: object) -> tuple[Any, ...] | dict[str, Any]:

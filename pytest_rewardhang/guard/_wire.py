@@ -37,8 +37,17 @@ CHUNK = 1 << 20
 #: faulthandler runs in C dumps the stack just as well while the child is inside a C call.
 #: A real-time signal, so scorers that use SIGUSR1/2 for their own ends are not disturbed.
 DUMP_SIGNAL = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
-#: How long before the deadline the stack is dumped, so the dump is in hand at the kill.
-DUMP_LEAD_S = 0.02
+
+
+def dump_lead(budget: float) -> float:
+    """How long before the deadline the stack is dumped, so the dump is in hand at the kill.
+
+    A tenth of the budget, from 20 to 200 ms: on a busy machine a process may wait tens of ms
+    to be scheduled and write its dump (20 ms lost 3 dumps in 17 under load). A call that ends
+    after the dump signal is not disturbed by it; its dump is dropped.
+    """
+    return min(0.2, max(0.02, budget / 10))
+
 
 # --- run: the child's one result frame -------------------------------------------------------
 
@@ -405,7 +414,7 @@ def died(wait_status: int, *, killed: bool, dumped: bool) -> tuple[Status, int |
     the guard sent just before (the call had reset faulthandler's handler), or of SIGSEGV or
     SIGBUS after that signal: faulthandler's dump runs on the interrupted thread's stack, and a
     call deep in C recursion has none left, so the dump itself overflows it. ``dumped`` means
-    the call was still running :data:`DUMP_LEAD_S` before the deadline and the signal was
+    the call was still running :func:`dump_lead` before the deadline and the signal was
     sent, so such a death is at the deadline and caused by the guard: a timeout is never
     reported as a crash. Otherwise CRASHED, with the signal or exit code in ``wait_status``
     (neither when the process could not be reaped: -1).

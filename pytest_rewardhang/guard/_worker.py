@@ -312,6 +312,8 @@ class _Serve:  # pragma: no cover - worker only
             frame = call(self.fn, item, _NO_KWARGS)
         elif type(item) is dict:
             frame = call(self.fn, (), item)
+        elif type(item) is list:  # Pool.submit's positional and keyword arguments together
+            frame = call(self.fn, item[0], item[1])
         else:
             frame = (Status.ERROR.value, None, item.text, None)
         if os.getpid() != self.pid:

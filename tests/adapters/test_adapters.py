@@ -1,125 +1,203 @@
-"""The verl and TRL adapters, driven the way the trainers drive them, against real hangs."""
+"""The verl and TRL adapters, driven as the trainers' own source drives them, on real hangs.
+
+Each trainer is reproduced from its call site, read at these commits (installing the trainers
+is too heavy for CI):
+
+- verl b178a3cd (2026-01-29): ``verl/trainer/ppo/reward.py:60-96`` (``get_custom_reward_fn``:
+  ``load_extern_object``, then ``partial(_call_with_kwargs[_async], raw_fn, reward_kwargs)``,
+  chosen by ``inspect.iscoroutinefunction(raw_fn)``), ``verl/utils/import_utils.py:118-123``
+  (the file loaded as module ``custom_module_<hash>``),
+  ``verl/experimental/reward_loop/reward_loop.py:104-108`` (one ``asyncio`` task per sample)
+  and ``verl/experimental/reward_loop/reward_manager/naive.py:30,66-95`` (awaited when a
+  coroutine function, else ``loop.run_in_executor(None, ...)``; a dict result's keys become
+  ``reward_extra_info``).
+- TRL f2cd5771: ``trl/trainer/grpo_trainer.py:1612-1681`` (``_calculate_rewards``: every
+  column as a list plus ``trainer_state``, ``log_extra``, ``log_metric``, ``environments``;
+  sync functions called with ``prompts=, completions=, completion_ids=``; those that
+  ``inspect.iscoroutinefunction`` finds async gathered on ``self.async_loop``, a loop in
+  another thread, through ``asyncio.run_coroutine_threadsafe``) and ``:704``.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.util
+import inspect
 import json
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 import pytest_rewardhang.adapters.verl as verl_adapter
-from pytest_rewardhang.adapters import close_pools
-from pytest_rewardhang.adapters.trl import pooled_reward
+from pytest_rewardhang.adapters.trl import async_pooled_reward, pooled_reward
+from tests.adapters._scorers import spec
 
 BUDGET = 0.5
-SLACK = 0.1
+SLACK = 0.3
 
-pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("no_leaks", "closed_pools")]
-
-REWARD_FILE = """
-import os
-
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, scale=1.0):
-    if "hang" in solution_str:
-        return sum(range(10**13))
-    if solution_str == "raise":
-        raise ValueError("cannot parse")
-    if solution_str == "whose child":
-        return float(os.getppid())
-    return scale * float(solution_str.strip().split()[-1] == ground_truth)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaks", "closed_pools")]
 
 
-def accuracy(completion, ground_truth, **kwargs):
-    if isinstance(completion, list):  # conversational: the last message is the answer
-        completion = completion[-1]["content"]
-    if "hang" in completion:
-        return float(sum(range(10**13)))
-    return float(completion.strip().endswith(ground_truth))
-"""
-
-
-@pytest.fixture
-def closed_pools() -> Iterator[None]:
-    yield
-    close_pools()  # before no_leaks looks for leftover processes
-
-
-@pytest.fixture
-def reward_file(tmp_path: Path) -> Path:
-    path = tmp_path / "my_reward.py"
-    path.write_text(REWARD_FILE)
-    return path
+# --- verl, as its reward loop calls a custom reward function ----------------------------------
 
 
 def load_like_verl(path: Path, name: str, reward_kwargs: dict[str, Any]) -> Callable[..., Any]:
-    """What verl's get_custom_reward_fn does with custom_reward_function.path/name/kwargs."""
-    spec = importlib.util.spec_from_file_location("custom_module", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return functools.partial(getattr(module, name), **reward_kwargs)
+    """``get_custom_reward_fn``: load the file, wrap the function with the reward_kwargs."""
+    module_spec = importlib.util.spec_from_file_location(f"custom_module_{hash(path)}", path)
+    assert module_spec is not None
+    assert module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    raw_fn = getattr(module, name)
+
+    def call_with_kwargs(raw_fn: Any, extra: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return raw_fn(*args, **{**kwargs, **extra})
+
+    async def call_with_kwargs_async(
+        raw_fn: Any, extra: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        return await raw_fn(*args, **{**kwargs, **extra})
+
+    if not inspect.iscoroutinefunction(raw_fn):
+        return functools.partial(call_with_kwargs, raw_fn, reward_kwargs)
+    return functools.partial(call_with_kwargs_async, raw_fn, reward_kwargs)
 
 
-def verl_call(fn: Callable[..., Any], solution: str, truth: str = "42") -> Any:
-    """One call the way verl's naive reward manager makes it."""
-    return fn(data_source="gsm8k", solution_str=solution, ground_truth=truth, extra_info={"i": 1})
+async def run_single(compute_score: Callable[..., Any], solution: str, truth: str) -> Any:
+    """``NaiveRewardManager.run_single``'s call of the reward function, and what it keeps."""
+    kwargs = {
+        "data_source": "gsm8k",
+        "solution_str": solution,
+        "ground_truth": truth,
+        "extra_info": {"num_turns": None, "rollout_reward_scores": {}},
+    }
+    if inspect.iscoroutinefunction(compute_score):
+        result = await compute_score(**kwargs)
+    else:
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(None, lambda: compute_score(**kwargs))
+    if isinstance(result, dict):
+        return {"reward_score": result["score"], "reward_extra_info": dict(result)}
+    return {"reward_score": result, "reward_extra_info": {"acc": result}}
 
 
-def test_verl_compute_score_from_the_adapter_file(
-    reward_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def reward_loop(compute_score: Callable[..., Any], solutions: list[str], truth: str = "42") -> Any:
+    """``RewardLoopWorker.compute_score_batch``: one task per sample, gathered."""
+
+    async def batch() -> list[Any]:
+        tasks = [asyncio.create_task(run_single(compute_score, s, truth)) for s in solutions]
+        return list(await asyncio.gather(*tasks))
+
+    return asyncio.run(batch())
+
+
+def extra_columns(results: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The trainer's reward_extra_info columns: every sample must have sample 0's keys."""
+    keys = results[0]["reward_extra_info"].keys()
+    return {key: [r["reward_extra_info"][key] for r in results] for key in keys}
+
+
+@pytest.mark.parametrize("name", ["compute_score", "compute_score_async"])
+def test_verl_reward_loop_with_the_adapter_file(
+    name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     hang_log = tmp_path / "hangs.jsonl"
     kwargs = {
-        "scorer": f"{reward_file}:compute_score",
+        "scorer": spec("compute_score"),
         "budget": BUDGET,
         "default": -1.0,
         "hang_log": str(hang_log),
         "scale": 2.0,  # not the guard's: goes on to the scorer
     }
-    fn = load_like_verl(Path(verl_adapter.__file__), "compute_score", kwargs)
-    assert verl_call(fn, "so the answer is 42") == 2.0
-    assert verl_call(fn, "so the answer is 7") == 0.0
+    fn = load_like_verl(Path(verl_adapter.__file__), name, kwargs)
+    assert inspect.iscoroutinefunction(fn) == (name == "compute_score_async")
+    assert [r["reward_score"] for r in reward_loop(fn, ["it is 42", "it is 7"])] == [2.0, 0.0]
     response = "hang " + "x" * 5000
     start = time.perf_counter()
     with caplog.at_level(logging.WARNING, logger="pytest_rewardhang.adapters"):
-        assert verl_call(fn, response) == -1.0
+        results = reward_loop(fn, ["so 42", response, "so 42"])
     assert time.perf_counter() - start <= BUDGET + SLACK
+    assert [r["reward_score"] for r in results] == [2.0, -1.0, 2.0]
     assert "timeout" in caplog.text
     assert "gsm8k" in caplog.text
     assert "chars]..." in caplog.text  # the long response is shown cut, not in full
     record = json.loads(hang_log.read_text())
     assert record["status"] == "timeout"
     assert record["solution_str"] == response
-    assert record["ground_truth"] == "42"
-    assert record["stuck_at"][2] == "compute_score"
-    assert verl_call(fn, "the answer is 42") == 2.0  # the next call runs on a fresh worker
+    assert record["stuck_at"][2] == "_check"
     with pytest.raises(ValueError, match="cannot parse"):
-        verl_call(fn, "raise")
+        reward_loop(fn, ["raise"])
 
 
-def test_verl_guarded_compute_score_of_a_custom_module_function(reward_file: Path) -> None:
-    raw = load_like_verl(reward_file, "compute_score", {}).func  # type: ignore[attr-defined]
-    assert raw.__module__ == "custom_module"  # not importable by that name elsewhere
-    fn = verl_adapter.guarded_compute_score(raw, budget=BUDGET, default=0.0)
-    assert verl_call(fn, "it is 42") == 1.0
-    assert verl_call(fn, "hang") == 0.0
-    # Served from the zygote (found by its file), not forked from this process.
-    assert verl_call(fn, "whose child") != float(os.getpid())
-
-
-def test_verl_batch_helper_scores_in_order_and_hangs_overlap(reward_file: Path) -> None:
-    batch = verl_adapter.guarded_compute_score_batch(
-        f"{reward_file}:compute_score", budget=BUDGET, default=0.0, workers=2
+def test_verl_async_scorer_hangs_in_c_and_in_await() -> None:
+    fn = verl_adapter.guarded_compute_score_async(
+        spec("acompute_score"), budget=BUDGET, default=0.0
     )
+    assert inspect.iscoroutinefunction(fn)  # what get_custom_reward_fn and naive.py:30 check
+    wrapped = load_like_verl(Path(__file__).parent / "_scorers.py", "acompute_score", {})
+    assert inspect.iscoroutinefunction(wrapped)
+    assert [r["reward_score"] for r in reward_loop(fn, ["= 42"])] == [1.0]
+    start = time.perf_counter()
+    results = reward_loop(fn, ["hang", "await forever", "= 42"])
+    assert time.perf_counter() - start <= BUDGET + SLACK
+    assert [r["reward_score"] for r in results] == [0.0, 0.0, 1.0]
+
+
+def test_verl_hung_sample_of_a_dict_scorer_keeps_the_keys(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fn = verl_adapter.guarded_compute_score(spec("dapo_score"), budget=BUDGET, default=-1.0)
+    first = reward_loop(fn, ["the answer is 42"])
+    assert first[0]["reward_extra_info"] == {"score": 1.0, "acc": True, "pred": "er is 42"}
+    with caplog.at_level(logging.WARNING, logger="pytest_rewardhang.adapters"):
+        results = reward_loop(fn, ["so 42", "hang", "so 7"])
+    columns = extra_columns(results)  # verl's KeyError, before the fix
+    assert columns["score"] == [1.0, -1.0, 0.0]
+    assert columns["acc"] == [True, False, False]
+    assert columns["pred"] == ["so 42", "", "so 7"]
+    # A dict default is returned as given.
+    given = {"score": 0.0, "acc": False, "pred": "[hung]"}
+    fn = verl_adapter.guarded_compute_score(spec("dapo_score"), budget=BUDGET, default=given)
+    assert extra_columns(reward_loop(fn, ["hang"]))["pred"] == ["[hung]"]
+
+
+def test_verl_ships_only_what_the_scorer_takes() -> None:
+    """naive.py:59-64 adds the reward model's tokenizer when a router is set: never shipped
+    to a scorer that does not take it (a lock stands in for what would not even pickle)."""
+    fn = verl_adapter.guarded_compute_score(spec("compute_score"), budget=BUDGET)
+    assert (
+        fn(
+            "gsm8k",
+            "= 42",
+            "42",
+            {},
+            reward_router_address="h:1",
+            reward_model_tokenizer=threading.Lock(),
+        )
+        == 1.0
+    )
+
+
+def test_verl_guarded_compute_score_of_a_custom_module_function() -> None:
+    raw = load_like_verl(Path(__file__).parent / "_scorers.py", "compute_score", {})
+    fn = verl_adapter.guarded_compute_score(raw.args[0], budget=BUDGET, default=0.0)  # type: ignore[attr-defined]
+    assert reward_loop(fn, ["it is 42", "hang"])[0]["reward_score"] == 1.0
+    # Served from a zygote, not forked from this process.
+    assert reward_loop(fn, ["whose child"])[0]["reward_score"] != float(os.getpid())
+
+
+def test_verl_legacy_batch_helper_scores_in_order_and_hangs_overlap() -> None:
+    batch = verl_adapter.guarded_compute_score_batch(
+        spec("compute_score"), budget=BUDGET, default=0.0, workers=2
+    )
+    assert batch(["gsm8k"], ["= 42"], ["42"]) == [1.0]  # starts the pool
     solutions = ["a 42", "hang 1", "b 42", "hang 2", "c 7", "d 42"]
     start = time.perf_counter()
     scores = batch(
@@ -130,42 +208,110 @@ def test_verl_batch_helper_scores_in_order_and_hangs_overlap(reward_file: Path) 
     )
     elapsed = time.perf_counter() - start
     assert scores == [1.0, 0.0, 1.0, 0.0, 0.0, 1.0]
-    assert elapsed <= BUDGET + 2 * SLACK  # the two hangs ran side by side
+    assert elapsed <= 2 * BUDGET - 0.1  # the two hangs ran side by side, not one after the other
 
 
-def module_of(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rewards_for_trl", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# --- TRL, as GRPOTrainer._calculate_rewards calls a reward function ----------------------------
 
 
-def test_trl_reward_function(reward_file: Path, caplog: pytest.LogCaptureFixture) -> None:
-    reward = pooled_reward(f"{reward_file}:accuracy", budget=BUDGET, default=None, workers=2)
-    assert reward.__name__ == "accuracy"  # TRL logs each reward under its __name__
-    completions = ["x = 42", "hang", "y = 41", "z = 42"]
-    assert reward(["42"], ground_truth=["42"]) == [1.0]  # starts the pool
+class Unpicklable:
+    """What TRL's environments are like: objects holding locks, sockets, subprocesses."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+
+def trl_kwargs(count: int, **columns: list[Any]) -> dict[str, Any]:
+    """``_calculate_rewards``'s keyword arguments besides prompts and completions."""
+    return {
+        **columns,
+        "trainer_state": Unpicklable(),
+        "log_extra": lambda *a, **k: None,
+        "log_metric": lambda *a, **k: None,
+        "environments": [Unpicklable() for _ in range(count)],
+    }
+
+
+def trl_call(reward_func: Any, completions: list[Any], **columns: list[Any]) -> list[Any]:
+    """One reward function, sync or async, called the way _calculate_rewards calls it."""
+    n = len(completions)
+    prompts = [f"prompt {i}" for i in range(n)]
+    kwargs = trl_kwargs(n, **columns)
+    if not inspect.iscoroutinefunction(reward_func):
+        return list(
+            reward_func(
+                prompts=prompts, completions=completions, completion_ids=[[1, 2]] * n, **kwargs
+            )
+        )
+    # self.async_loop: an event loop running in a thread of its own.
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+
+        async def run_async_funcs() -> list[Any]:
+            coros = [
+                reward_func(
+                    prompts=prompts, completions=completions, completion_ids=[[1, 2]] * n, **kwargs
+                )
+            ]
+            return list(await asyncio.gather(*coros))
+
+        return list(asyncio.run_coroutine_threadsafe(run_async_funcs(), loop).result()[0])
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def make_reward(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    return pooled_reward if request.param == "sync" else async_pooled_reward
+
+
+def test_trl_detects_the_async_form() -> None:
+    """grpo_trainer.py:704 and :1654 sort reward functions with inspect.iscoroutinefunction."""
+    assert inspect.iscoroutinefunction(async_pooled_reward(spec("accuracy")))
+    assert not inspect.iscoroutinefunction(pooled_reward(spec("accuracy")))
+    assert async_pooled_reward(spec("accuracy")).__name__ == "accuracy"  # TRL's log name
+
+
+def test_trl_scores_per_sample_with_only_what_the_scorer_takes(
+    make_reward: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # accuracy(completion, ground_truth): no **kwargs, so prompts= would be a TypeError.
+    reward = make_reward(spec("accuracy"), budget=BUDGET, default=None, workers=2)
+    assert reward.__name__ == "accuracy"
+    assert trl_call(reward, ["= 42"], ground_truth=["42"]) == [1.0]  # starts the pool
     start = time.perf_counter()
     with caplog.at_level(logging.WARNING, logger="pytest_rewardhang.adapters"):
-        scores = reward(
-            completions,
-            prompts=["p"] * 4,
-            ground_truth=["42", "42", "42", "42"],
-            completion_ids=[[1, 2]] * 4,  # TRL passes these; not shipped to the scorer
-            trainer_state=object(),  # nor this, which would not even pickle
-        )
+        scores = trl_call(reward, ["x = 42", "hang", "y = 41", "z = 42"], ground_truth=["42"] * 4)
     assert time.perf_counter() - start <= BUDGET + SLACK
     assert scores == [1.0, None, 0.0, 1.0]
     assert "accuracy: timeout" in caplog.text
     chat = [[{"role": "assistant", "content": "it is 42"}]]
-    assert reward(chat, ground_truth=["42"]) == [1.0]
+    assert trl_call(reward, chat, ground_truth=["42"]) == [1.0]
 
 
-def test_trl_reward_with_chosen_columns(reward_file: Path) -> None:
-    reward = pooled_reward(
-        f"{reward_file}:accuracy", budget=BUDGET, columns=["ground_truth"], name="acc"
-    )
-    assert reward.__name__ == "acc"
-    assert reward(["= 3"], ground_truth=["3"], prompts=["unused"]) == [1.0]
+def test_trl_scorer_with_kwargs_gets_columns_never_batch_wide_objects(
+    make_reward: Callable[..., Any],
+) -> None:
+    # everything(completion, **kwargs) counts what it got: prompt and the one column (2 keys,
+    # +0.5 for prompt); completion_ids, trainer_state, log_*, environments never shipped.
+    reward = make_reward(spec("everything"), budget=BUDGET)
+    assert trl_call(reward, ["a", "b"], answer=["1", "2"]) == [2.5, 2.5]
+    chosen = make_reward(spec("everything"), budget=BUDGET, columns=["answer"], name="n")
+    assert chosen.__name__ == "n"
+    assert trl_call(chosen, ["a"], answer=["1"], other=["x"]) == [1.0]
+
+
+def test_trl_unpicklable_per_sample_column_scores_the_default(
+    make_reward: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    reward = make_reward(spec("everything"), budget=BUDGET, default=0.0)
+    start = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="pytest_rewardhang.adapters"):
+        scores = trl_call(reward, ["a", "b"], tool=[Unpicklable(), "fine"])
+    assert time.perf_counter() - start <= BUDGET + SLACK  # never waits for a worker
+    assert scores == [0.0, 2.5]
+    assert "could not be pickled" in caplog.text

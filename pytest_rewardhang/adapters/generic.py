@@ -1,0 +1,66 @@
+"""Any trainer's scorer on a pool, awaited or called: SkyRL, rllm, NeMo Gym and the rest.
+
+Where the trainer scores inside its own code (an environment's ``step``, a reward function
+object, a resources server's ``async def verify``), call the scorer through a
+:class:`PooledScorer` instead of directly::
+
+    from pytest_rewardhang.adapters.generic import PooledScorer
+    math_score = PooledScorer("my_rewards.math:compute_score", budget=2.0, default=0.0)
+    reward = await math_score.score(response, ground_truth)        # in a coroutine
+    reward = math_score.score_sync(response, ground_truth)         # in a thread
+
+Arguments go to the scorer as given. Every call, from any thread or coroutine of the process,
+is submitted to one warm pool, so concurrent calls share its workers, each under ``budget``
+seconds; ``score`` never blocks the event loop. A call that hangs, crashes, blows its memory or
+cannot be pickled returns ``default`` (shaped like the scorer's dicts, when it returns dicts)
+with one warning line; an exception the scorer raises is raised here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pytest_rewardhang.adapters import _shared
+
+__all__ = ["PooledScorer"]
+
+
+class PooledScorer:
+    """A scorer on a warm guarded pool: ``await score(...)`` or ``score_sync(...)``."""
+
+    def __init__(
+        self,
+        scorer: Callable[..., Any] | str,
+        *,
+        budget: float = 2.0,
+        default: Any = 0.0,
+        workers: int = 2,
+        memory_mb: float | None = None,
+        hang_log: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.scoring = _shared.Scoring(
+            scorer,
+            budget=budget,
+            default=default,
+            workers=workers,
+            memory_mb=memory_mb,
+            hang_log=hang_log,
+            name=name,
+        )
+        self.__name__ = self.scoring.name
+
+    async def score(self, *args: Any, **kwargs: Any) -> Any:
+        """``scorer(*args, **kwargs)`` in a worker, awaited."""
+        pool = await self.scoring._apool()
+        return self.scoring.result(await pool.asubmit(*args, **kwargs), _logged(args, kwargs))
+
+    def score_sync(self, *args: Any, **kwargs: Any) -> Any:
+        """``scorer(*args, **kwargs)`` in a worker; blocks this thread only."""
+        out = self.scoring.pool().submit(*args, **kwargs).result()
+        return self.scoring.result(out, _logged(args, kwargs))
+
+
+def _logged(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {**{f"arg{i}": value for i, value in enumerate(args)}, **kwargs}

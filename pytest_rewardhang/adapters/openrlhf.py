@@ -1,0 +1,80 @@
+"""OpenRLHF's custom reward function (``--remote_rm_url /path/to/reward.py``) on a pool.
+
+OpenRLHF loads ``reward_func`` from that file and calls ``reward_func(queries, prompts, labels)``
+once per sample, on a thread of its own (``asyncio.to_thread``), many at once; it reads
+``{"rewards", "scores", "extra_logs"}`` back. In that file::
+
+    from pytest_rewardhang.adapters.openrlhf import pooled_reward_func
+    reward_func = pooled_reward_func("my_rewards.math:compute_score", budget=2.0, default=0.0)
+
+The scorer is called per sample with what its signature takes of ``response`` (the query with
+the prompt cut off, as OpenRLHF's own examples do), ``query``, ``prompt`` and ``label``. It may
+return a number, or a dict with ``score`` whose other numeric values go to ``extra_logs``.
+A sample that hangs, crashes, blows its memory or cannot be pickled scores ``default``, with
+one warning line and ``reward_hang_default`` 1.0 in ``extra_logs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pytest_rewardhang.adapters import _shared
+
+__all__ = ["PooledRewardFunc", "pooled_reward_func"]
+
+#: The ``extra_logs`` key counting samples that got the default.
+_DEFAULTED = "reward_hang_default"
+
+
+class PooledRewardFunc:
+    """An OpenRLHF ``reward_func`` scoring each sample on a warm guarded pool."""
+
+    def __init__(
+        self,
+        scorer: Callable[..., Any] | str,
+        *,
+        budget: float = 2.0,
+        default: float = 0.0,
+        workers: int = 2,
+        memory_mb: float | None = None,
+        hang_log: str | None = None,
+    ) -> None:
+        self.scoring = _shared.Scoring(
+            scorer,
+            budget=budget,
+            default=default,
+            workers=workers,
+            memory_mb=memory_mb,
+            hang_log=hang_log,
+        )
+        self.__name__ = self.scoring.name
+
+    def __call__(
+        self, queries: Sequence[str], prompts: Sequence[Any], labels: Sequence[Any], **kwargs: Any
+    ) -> dict[str, Any]:
+        took = self.scoring.accepts()
+        samples = []
+        for query, prompt, label in zip(queries, prompts, labels, strict=True):
+            where = query.find(prompt) if isinstance(prompt, str) and prompt else -1
+            response = query[where + len(prompt) :] if where >= 0 else query
+            sample = {"response": response, "query": query, "prompt": prompt, "label": label}
+            samples.append({k: v for k, v in sample.items() if took.takes(k)})
+        futures = [self.scoring.submit(sample) for sample in samples]
+        rewards: list[float] = []
+        logs: dict[str, list[float]] = {_DEFAULTED: []}
+        for future, sample in zip(futures, samples, strict=True):
+            out = future.result()
+            value = self.scoring.result(out, sample)
+            logs[_DEFAULTED].append(0.0 if out.ok else 1.0)
+            if isinstance(value, dict):
+                for key, extra in value.items():
+                    if key != "score" and isinstance(extra, int | float):
+                        logs.setdefault(key, []).append(float(extra))
+                value = value["score"]
+            rewards.append(float(value))
+        return {"rewards": rewards, "scores": list(rewards), "extra_logs": logs}
+
+
+#: An OpenRLHF ``reward_func`` that scores ``scorer`` per sample on a guarded pool.
+pooled_reward_func = PooledRewardFunc

@@ -1,0 +1,107 @@
+"""The scorers the adapter tests hand to the adapters, by spec (``path/to/this.py:name``).
+
+Each has the shape one trainer's users write; on the marker ``hang`` in its response each gets
+stuck in one C call that never returns (``sum(range(10**13))``), as a degenerate response makes
+a real scorer. ``nap`` sleeps 0.1 s: concurrent calls of it show whether the adapter spreads
+them over the pool's workers or scores them one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+NAP_S = 0.1
+
+
+def spec(name: str) -> str:
+    return f"{HERE}:{name}"
+
+
+def _check(text: str, truth: Any) -> float:
+    if "hang" in text:
+        return float(sum(range(10**13)))
+    if text == "raise":
+        raise ValueError("cannot parse")
+    if text == "nap":
+        time.sleep(NAP_S)
+        return 1.0
+    return float(text.strip().endswith(str(truth)))
+
+
+# verl: the per-item signature, sync and async, and math_dapo's dict result.
+def compute_score(
+    data_source: Any, solution_str: Any, ground_truth: Any, extra_info: Any = None, scale: Any = 1.0
+) -> Any:
+    if solution_str == "whose child":
+        return float(os.getppid())
+    return scale * _check(solution_str, ground_truth)
+
+
+async def acompute_score(
+    data_source: Any, solution_str: Any, ground_truth: Any, extra_info: Any = None
+) -> Any:
+    await asyncio.sleep(0)
+    if solution_str == "await forever":
+        await asyncio.sleep(3600)
+    return _check(solution_str, ground_truth)
+
+
+def dapo_score(
+    data_source: Any, solution_str: Any, ground_truth: Any, extra_info: Any = None
+) -> Any:
+    score = _check(solution_str, ground_truth)
+    return {"score": score, "acc": score > 0, "pred": solution_str[-8:]}
+
+
+# TRL: per sample, keyword arguments by name; one without **kwargs, one with, one async.
+def accuracy(completion: Any, ground_truth: Any) -> Any:
+    if isinstance(completion, list):  # conversational: the last message is the answer
+        completion = completion[-1]["content"]
+    return _check(completion, ground_truth)
+
+
+def everything(completion: Any, **kwargs: Any) -> Any:
+    """Returns which keyword arguments it got, to show what was shipped."""
+    if "hang" in completion:
+        return _check(completion, "")
+    return float(len(kwargs)) + 0.5 * ("prompt" in kwargs)
+
+
+async def aaccuracy(completion: Any, ground_truth: Any) -> Any:
+    await asyncio.sleep(0)
+    return accuracy(completion, ground_truth)
+
+
+# OpenRLHF and slime: the response and the label.
+def score(response: Any, label: Any) -> Any:
+    return _check(response, label)
+
+
+def score_with_metadata(response: Any, label: Any, metadata: Any) -> Any:
+    return _check(response, label) * metadata.get("weight", 1.0)
+
+
+# verifiers: a rubric function; ``completion`` is a list of messages.
+def correct_answer(completion: Any, answer: Any) -> Any:
+    return _check(completion[-1]["content"], answer)
+
+
+async def acorrect_answer(completion: Any, answer: Any, **kwargs: Any) -> Any:
+    await asyncio.sleep(0)
+    assert "state" not in kwargs, "the rollout state was shipped"
+    return correct_answer(completion, answer)
+
+
+# The rest: positional arguments as the trainer's code passes them.
+def plain(text: Any, truth: Any) -> Any:
+    return _check(text, truth)
+
+
+def score_dict(response: Any, label: Any) -> Any:
+    value = _check(response, label)
+    return {"score": value, "acc": value > 0, "pred": response[-4:]}
