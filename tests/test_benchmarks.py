@@ -137,3 +137,16 @@ def test_real_code_benchmark_says_what_it_would_run() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "would run:" in done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_quick_detection_benchmark_prints_the_table() -> None:
+    # About 40 s on an idle 2-core machine: one seed, three planted scorers and a clean one.
+    stdout = run_quick("bench_detection.py", bound=290)
+    rows = table_rows(stdout)
+    assert rows[0][:3] == ["scorer", "shape", "found"], rows[0]
+    assert "false timeouts" in rows[0]
+    names = [row[0] for row in rows[1:]]
+    assert names == ["poly2_claims", "poly3_plan", "sympy_extract", "clean_tags"], stdout
+    assert "Found on every seed:" in stdout
+    assert "CPUs" in stdout

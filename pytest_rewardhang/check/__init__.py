@@ -9,7 +9,8 @@ on first use). One line per module:
 - ``_hookspecs``: the hooks the check calls (``pytest_reward_hang_scorers``);
 - ``_scorers``: the scorer registry: spec lines, keys, the decorator, entry points, the hook;
 - ``_source``: finding ``@pytest_rewardhang.scorer`` functions by reading source, not importing;
-- ``_calls``: a scorer's call style (verl, per-module, TRL, OpenRLHF) from its signature;
+- ``_calls``: a scorer's call style (verl, per-module, TRL, AReaL, OpenRLHF, verifiers, slime,
+  rllm) from its signature, and the call contexts (main thread, worker thread, event loop);
 - ``_checker``: checking one scorer in a warm guarded worker: example, cases, confirmation;
 - ``_verdict``: one verdict per item, read by the failure message, tables, JSON, JUnit, exit;
 - ``_session``: the session plugin: collection, reporting hooks, the baseline file, exit status;

@@ -9,7 +9,8 @@ modules only; the public strategies are re-exported by :mod:`pytest_rewardhang.s
 - ``_cases``: the cases of a run, expanded from the corpus along the size ladder;
 - ``_found``: saved found cases (``repro`` files) and their format;
 - ``_harvest``: regexes and literals harvested from a scorer, turned into formulas;
+- ``_redos``: how a regex backtracks (exponential, polynomial) and attacks built from its structure;
 - ``_growth``: power-law fits of time against input size;
-- ``_search``: the Hypothesis search for slow inputs;
+- ``_search``: the search for slow inputs (vocabulary sweep, growth, hard values, Hypothesis);
 - ``_strategies``: the strategies' implementation.
 """
