@@ -55,7 +55,10 @@ def setup_child(
 ) -> None:  # pragma: no cover - child only
     """Point stdio at the output pipe, arm the stack dump, and apply the memory limit."""
     _redirect_stdio(output_w)
-    # A crash's traceback goes to the call's output, not to the caller's terminal.
+    # A crash's traceback goes to the call's output, not to the caller's terminal. Disabled
+    # first: enable() on an enabled faulthandler only changes its file and keeps whatever
+    # handler now holds SIGSEGV, and a Ray driver's core installs its own over pytest's.
+    faulthandler.disable()
     faulthandler.enable(file=2, all_threads=True)
     faulthandler.register(DUMP_SIGNAL, file=stack_w, all_threads=True, chain=False)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {DUMP_SIGNAL})

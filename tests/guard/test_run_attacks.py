@@ -468,6 +468,27 @@ def test_a_sigint_storm_leaves_no_process_zombie_or_descriptor() -> None:
 # --- 4. honest statuses and portability ------------------------------------------------------
 
 
+def test_a_crash_report_survives_a_caller_whose_sigsegv_handler_was_replaced() -> None:
+    """Ray's core, in a driver, installs its own SIGSEGV handler over the faulthandler pytest
+    enabled; enable() on an enabled faulthandler keeps the handler, and a guarded crash said
+    nothing."""
+    result = in_subprocess(
+        """
+import ctypes, faulthandler
+faulthandler.enable()
+signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # what a C library's sigaction does to it
+
+def crash():
+    ctypes.string_at(0)
+
+out = run(crash, budget=30)
+print(json.dumps({"status": str(out.status), "output": out.output}))
+"""
+    )
+    assert result["status"] == "crashed", result
+    assert "Fatal Python error" in result["output"], result
+
+
 def dies_of_segv_at_the_dump() -> None:
     """What deep C recursion does at the deadline: the dump handler overflows the stack."""
     import faulthandler
