@@ -293,6 +293,35 @@ class Scoring:
         return await asyncio.to_thread(self.pool)
 
 
+class Pooled:
+    """What every adapter object is built on: one scorer's :class:`Scoring`, named as it is.
+
+    Trainers log a reward function under its ``__name__``, so the adapter takes the scorer's.
+    """
+
+    def __init__(
+        self,
+        scorer: Scorer,
+        *,
+        budget: float = 2.0,
+        default: Any = 0.0,
+        workers: int = 2,
+        memory_mb: float | None = None,
+        hang_log: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.scoring = Scoring(
+            scorer,
+            budget=budget,
+            default=default,
+            workers=workers,
+            memory_mb=memory_mb,
+            hang_log=hang_log,
+            name=name,
+        )
+        self.__name__ = self.scoring.name
+
+
 def scorer_name(scorer: Scorer) -> str:
     """What trainers log the scorer under: the function's name."""
     if isinstance(scorer, str):

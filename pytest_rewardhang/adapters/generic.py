@@ -18,7 +18,6 @@ with one warning line; an exception the scorer raises is raised here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
@@ -26,30 +25,8 @@ from pytest_rewardhang.adapters import _shared
 __all__ = ["PooledScorer"]
 
 
-class PooledScorer:
+class PooledScorer(_shared.Pooled):
     """A scorer on a warm guarded pool: ``await score(...)`` or ``score_sync(...)``."""
-
-    def __init__(
-        self,
-        scorer: Callable[..., Any] | str,
-        *,
-        budget: float = 2.0,
-        default: Any = 0.0,
-        workers: int = 2,
-        memory_mb: float | None = None,
-        hang_log: str | None = None,
-        name: str | None = None,
-    ) -> None:
-        self.scoring = _shared.Scoring(
-            scorer,
-            budget=budget,
-            default=default,
-            workers=workers,
-            memory_mb=memory_mb,
-            hang_log=hang_log,
-            name=name,
-        )
-        self.__name__ = self.scoring.name
 
     async def score(self, *args: Any, **kwargs: Any) -> Any:
         """``scorer(*args, **kwargs)`` in a worker, awaited."""

@@ -16,7 +16,7 @@ one warning line and ``reward_hang_default`` 1.0 in ``extra_logs``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
@@ -27,28 +27,8 @@ __all__ = ["PooledRewardFunc", "pooled_reward_func"]
 _DEFAULTED = "reward_hang_default"
 
 
-class PooledRewardFunc:
+class PooledRewardFunc(_shared.Pooled):
     """An OpenRLHF ``reward_func`` scoring each sample on a warm guarded pool."""
-
-    def __init__(
-        self,
-        scorer: Callable[..., Any] | str,
-        *,
-        budget: float = 2.0,
-        default: float = 0.0,
-        workers: int = 2,
-        memory_mb: float | None = None,
-        hang_log: str | None = None,
-    ) -> None:
-        self.scoring = _shared.Scoring(
-            scorer,
-            budget=budget,
-            default=default,
-            workers=workers,
-            memory_mb=memory_mb,
-            hang_log=hang_log,
-        )
-        self.__name__ = self.scoring.name
 
     def __call__(
         self, queries: Sequence[str], prompts: Sequence[Any], labels: Sequence[Any], **kwargs: Any

@@ -17,7 +17,7 @@ scorer's dicts, when it returns dicts) with one warning line.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
@@ -27,28 +27,8 @@ __all__ = ["PooledGroupRM", "PooledRM", "pooled_group_rm", "pooled_rm"]
 _FIELDS = ("response", "label", "prompt", "metadata")
 
 
-class PooledRM:
+class PooledRM(_shared.Pooled):
     """slime's ``async def rm(args, sample)``, scoring on a warm guarded pool."""
-
-    def __init__(
-        self,
-        scorer: Callable[..., Any] | str,
-        *,
-        budget: float = 2.0,
-        default: Any = 0.0,
-        workers: int = 2,
-        memory_mb: float | None = None,
-        hang_log: str | None = None,
-    ) -> None:
-        self.scoring = _shared.Scoring(
-            scorer,
-            budget=budget,
-            default=default,
-            workers=workers,
-            memory_mb=memory_mb,
-            hang_log=hang_log,
-        )
-        self.__name__ = self.scoring.name
 
     def sample_kwargs(self, took: _shared.Accepts, args: Any, sample: Any) -> dict[str, Any]:
         found = {name: getattr(sample, name, None) for name in _FIELDS if took.takes(name)}

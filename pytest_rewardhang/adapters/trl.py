@@ -32,33 +32,19 @@ _BATCH_WIDE = frozenset(
 )
 
 
-class PooledReward:
+class PooledReward(_shared.Pooled):
     """A TRL reward function scoring each sample on a warm guarded pool."""
 
     def __init__(
         self,
         scorer: Callable[..., Any] | str,
         *,
-        budget: float = 2.0,
-        default: float | None = 0.0,
-        workers: int = 2,
-        memory_mb: float | None = None,
         columns: Collection[str] | None = None,
-        hang_log: str | None = None,
-        name: str | None = None,
+        **limits: Any,
     ) -> None:
-        self.scoring = _shared.Scoring(
-            scorer,
-            budget=budget,
-            default=default,
-            workers=workers,
-            memory_mb=memory_mb,
-            hang_log=hang_log,
-            name=name,
-        )
+        """``limits``: :class:`~pytest_rewardhang.adapters._shared.Pooled`'s keywords."""
+        super().__init__(scorer, **limits)
         self.columns = None if columns is None else frozenset(columns)
-        # TRL logs each reward function under its __name__.
-        self.__name__ = self.scoring.name
 
     def samples(
         self, took: _shared.Accepts, completions: Sequence[Any], kwargs: dict[str, Any]

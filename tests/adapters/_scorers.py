@@ -16,6 +16,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve()
 NAP_S = 0.1
+#: The adapters' tests' budget, and how far past it a hang may end: a correctness bound for a
+#: busy 2-core machine (a cold pool start is inside some of these), never a latency claim.
+BUDGET = 0.5
+SLACK = 5.0
 
 
 def spec(name: str) -> str:

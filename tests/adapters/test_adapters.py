@@ -37,10 +37,7 @@ import pytest
 
 import pytest_rewardhang.adapters.verl as verl_adapter
 from pytest_rewardhang.adapters.trl import async_pooled_reward, pooled_reward
-from tests.adapters._scorers import spec
-
-BUDGET = 0.5
-SLACK = 0.3
+from tests.adapters._scorers import BUDGET, SLACK, spec
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaks", "closed_pools")]
 

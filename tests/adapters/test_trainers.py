@@ -45,10 +45,7 @@ from pytest_rewardhang.adapters.openrlhf import pooled_reward_func
 from pytest_rewardhang.adapters.slime import pooled_group_rm, pooled_rm
 from pytest_rewardhang.adapters.trl import async_pooled_reward, pooled_reward
 from pytest_rewardhang.adapters.verifiers import pooled_rubric_func
-from tests.adapters._scorers import NAP_S, spec
-
-BUDGET = 0.5
-SLACK = 0.3
+from tests.adapters._scorers import BUDGET, NAP_S, SLACK, spec
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaks", "closed_pools")]
 
