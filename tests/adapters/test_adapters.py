@@ -191,8 +191,11 @@ def test_verl_guarded_compute_score_of_a_custom_module_function() -> None:
 
 
 def test_verl_legacy_batch_helper_scores_in_order_and_hangs_overlap() -> None:
+    # A budget long enough that side by side (about one budget) and one after the other (two)
+    # stay apart on a busy machine, whatever the kills and the other items cost.
+    budget = 2.0
     batch = verl_adapter.guarded_compute_score_batch(
-        spec("compute_score"), budget=BUDGET, default=0.0, workers=2
+        spec("compute_score"), budget=budget, default=0.0, workers=2
     )
     assert batch(["gsm8k"], ["= 42"], ["42"]) == [1.0]  # starts the pool
     solutions = ["a 42", "hang 1", "b 42", "hang 2", "c 7", "d 42"]
@@ -205,7 +208,7 @@ def test_verl_legacy_batch_helper_scores_in_order_and_hangs_overlap() -> None:
     )
     elapsed = time.perf_counter() - start
     assert scores == [1.0, 0.0, 1.0, 0.0, 0.0, 1.0]
-    assert elapsed <= 2 * BUDGET - 0.1  # the two hangs ran side by side, not one after the other
+    assert elapsed < 2 * budget - 0.5  # the two hangs ran side by side, not one after the other
 
 
 # --- TRL, as GRPOTrainer._calculate_rewards calls a reward function ----------------------------
