@@ -37,11 +37,17 @@ _SNIPPET = 200
 _PROBE_S = 120.0
 
 
-def pool_for(scorer: Scorer, budget: float, memory_mb: float | None, workers: int) -> Pool:
-    """The warm pool for this scorer and these limits, started on first use in this process."""
+def _pool_key(
+    scorer: Scorer, budget: float, memory_mb: float | None, workers: int
+) -> tuple[Any, ...]:
     # Keyed by pid too: a trainer that forks (a ProcessPoolExecutor, a dataloader) must not
     # drive its parent's workers.
-    key = (scorer, float(budget), memory_mb, workers, os.getpid())
+    return (scorer, float(budget), memory_mb, workers, os.getpid())
+
+
+def pool_for(scorer: Scorer, budget: float, memory_mb: float | None, workers: int) -> Pool:
+    """The warm pool for this scorer and these limits, started on first use in this process."""
+    key = _pool_key(scorer, budget, memory_mb, workers)
     with _lock:
         pool = _pools.get(key)
         if pool is None or pool.closed:
@@ -285,8 +291,7 @@ class Scoring:
         return await asyncio.to_thread(self.accepts)
 
     async def _apool(self) -> Pool:
-        key = (self.scorer, float(self.budget), self.memory_mb, self.workers, os.getpid())
-        pool = _pools.get(key)
+        pool = _pools.get(_pool_key(self.scorer, self.budget, self.memory_mb, self.workers))
         if pool is not None and not pool.closed:
             return pool
         # Starting a pool waits for its zygote to import the scorer: not on the event loop.
@@ -299,26 +304,9 @@ class Pooled:
     Trainers log a reward function under its ``__name__``, so the adapter takes the scorer's.
     """
 
-    def __init__(
-        self,
-        scorer: Scorer,
-        *,
-        budget: float = 2.0,
-        default: Any = 0.0,
-        workers: int = 2,
-        memory_mb: float | None = None,
-        hang_log: str | None = None,
-        name: str | None = None,
-    ) -> None:
-        self.scoring = Scoring(
-            scorer,
-            budget=budget,
-            default=default,
-            workers=workers,
-            memory_mb=memory_mb,
-            hang_log=hang_log,
-            name=name,
-        )
+    def __init__(self, scorer: Scorer, **limits: Any) -> None:
+        """``limits``: :class:`Scoring`'s keywords (budget, default, workers, memory_mb, ...)."""
+        self.scoring = Scoring(scorer, **limits)
         self.__name__ = self.scoring.name
 
 

@@ -42,7 +42,7 @@ class PooledReward(_shared.Pooled):
         columns: Collection[str] | None = None,
         **limits: Any,
     ) -> None:
-        """``limits``: :class:`~pytest_rewardhang.adapters._shared.Pooled`'s keywords."""
+        """``limits``: :class:`~pytest_rewardhang.adapters._shared.Scoring`'s keywords."""
         super().__init__(scorer, **limits)
         self.columns = None if columns is None else frozenset(columns)
 

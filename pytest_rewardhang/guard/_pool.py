@@ -274,6 +274,8 @@ class _Engine:
         self, workers: int, budget: float, memory_mb: float | None, max_pending: int
     ) -> None:
         self.budget = budget
+        #: When, before an item's deadline, its stack is dumped: fixed per pool, read per poll.
+        self.dump_lead = dump_lead(budget)
         self.memory_mb = memory_mb
         #: Unpickle results that are not plain data: see _wire.decode.
         self.objects = False
@@ -744,7 +746,7 @@ class _Engine:
             index, start = current
             due = start + self.budget
             if worker.dumped != index:
-                due -= dump_lead(self.budget)
+                due -= self.dump_lead
             earliest = min(earliest, due)
         if earliest == math.inf:
             return None
@@ -759,7 +761,7 @@ class _Engine:
             if current is None or worker.kill_for is not None:
                 continue
             index, start = current
-            if now < start + self.budget - dump_lead(self.budget):
+            if now < start + self.budget - self.dump_lead:
                 continue
             if now >= start + self.budget:
                 # Before looking for its answer: see FENCE. From here the worker either
