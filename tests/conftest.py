@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -85,14 +86,23 @@ def assert_dead(pids: list[int]) -> None:
 def private_tempdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A temp dir of the suite's own, so the leak check never sees other programs' files."""
     path = str(tmp_path_factory.mktemp("tempdir"))
-    saved = tempfile.tempdir, os.environ.get("TMPDIR")
+    # Ray puts its sockets under its temp dir, and an AF_UNIX path holds 107 bytes at most:
+    # under pytest's (with xdist's popen-gw1/, or once pytest-of-root/pytest-1000/ is reached)
+    # Ray could not start. A short one of its own, removed at the end.
+    ray = tempfile.mkdtemp(prefix="rh-ray-")
+    saved = tempfile.tempdir, os.environ.get("TMPDIR"), os.environ.get("RAY_TMPDIR")
     tempfile.tempdir = os.environ["TMPDIR"] = path
-    yield
-    tempfile.tempdir = saved[0]
-    if saved[1] is None:
-        del os.environ["TMPDIR"]
-    else:
-        os.environ["TMPDIR"] = saved[1]
+    os.environ["RAY_TMPDIR"] = ray
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved[0]
+        for name, value in (("TMPDIR", saved[1]), ("RAY_TMPDIR", saved[2])):
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+        shutil.rmtree(ray, ignore_errors=True)
 
 
 @pytest.fixture
@@ -110,7 +120,7 @@ def no_leaks() -> Iterator[None]:
 
 #: The optional dependency groups that tests mark with ``needs_extra(name)``, and the module
 #: whose presence shows the group is installed.
-_EXTRA_MODULES = {"ray": "ray", "bench": "sympy"}
+_EXTRA_MODULES = {"ray": ("ray",), "bench": ("sympy", "numpy")}
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -118,7 +128,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     missing; where ``REWARDHANG_REQUIRE_EXTRAS`` names the group (CI does), it fails instead."""
     for marker in item.iter_markers("needs_extra"):
         (name,) = marker.args
-        if importlib.util.find_spec(_EXTRA_MODULES[name]) is not None:
+        if all(importlib.util.find_spec(module) for module in _EXTRA_MODULES[name]):
             continue
         required = os.environ.get("REWARDHANG_REQUIRE_EXTRAS", "").split(",")
         text = f"needs the {name!r} extra: pip install -e '.[{name}]'"

@@ -20,6 +20,9 @@ from . import _proctree
 from ._outcome import Status, raised
 from ._wire import DUMP_SIGNAL, framed, pickle_frame, write_all
 
+_OK = Status.OK.value
+_PLAIN = frozenset({float, int, bool, str, dict, list, tuple, type(None)})
+
 
 def run_child(
     fn: Callable[..., Any],
@@ -76,9 +79,10 @@ def call(
     """
     try:
         value = fn(*args, **kwargs)
-        if inspect.isawaitable(value):
+        # What scorers return skips the awaitable check: a pool item is tens of µs.
+        if type(value) not in _PLAIN and inspect.isawaitable(value):
             value = awaited(value)
-        frame: tuple[Any, ...] = (Status.OK.value, value, None, None)
+        frame: tuple[Any, ...] = (_OK, value, None, None)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are results too
         frame = _error_frame(exc)
     for stream in (sys.stdout, sys.stderr):

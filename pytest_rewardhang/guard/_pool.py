@@ -64,6 +64,7 @@ from ._wire import (
     decode,
     died,
     dump_lead,
+    ok_float,
     outcome_from_frame,
     output_text,
     read_bounded,
@@ -94,6 +95,10 @@ _FORK_S = 10.0
 _REAPED_S = 2.0
 #: Zygotes replaced in a row, with no item answered in between, before the pool gives up.
 _MAX_REPLACED = 3
+#: When a worker has run dry while another's item has run this long (and ten times the mean
+#: item) with more items queued behind it, those items are taken back for the idle one: else
+#: a second hang waits a whole budget behind the first while a worker idles.
+_STEAL_AFTER_S = 0.05
 
 _OK = Status.OK
 _FORK = Mechanism.FORK
@@ -111,6 +116,7 @@ class _Worker:
         "acked",
         "batches",
         "cpu_base",
+        "draining",
         "dumped",
         "fds",
         "inbuf",
@@ -158,6 +164,9 @@ class _Worker:
         self.requested = time.monotonic()
         #: Why this worker's current item ended, when not by its own doing or a timeout.
         self.lost: str | None = None
+        #: Fenced after its current item (the items behind it were taken back): it gets no
+        #: more work, and retires when that item ends.
+        self.draining = False
 
     def current(self) -> tuple[int, float] | None:
         """The item running now and the time it started, if one is."""
@@ -636,7 +645,9 @@ class _Engine:
         """Hand out batches; how long results may gather before any worker runs dry."""
         if not self.queue and not self.retry:
             return 0.0
-        ready = [w for w in self.workers.values() if w.ready and w.kill_for is None]
+        ready = [
+            w for w in self.workers.values() if w.ready and w.kill_for is None and not w.draining
+        ]
         if not ready:
             return 0.0
         for worker in ready:
@@ -728,6 +739,7 @@ class _Engine:
 
     def _poll_timeout(self) -> int | None:
         earliest = math.inf
+        steal = not self.queue and not self.retry and self._idle()
         for worker in self.workers.values():
             if not worker.ready:
                 earliest = min(earliest, worker.requested + _FORK_S)
@@ -747,6 +759,8 @@ class _Engine:
             due = start + self.budget
             if worker.dumped != index:
                 due -= self.dump_lead
+            if steal and len(worker.sent) > 1 and not worker.draining:
+                due = min(due, start + self._steal_after())
             earliest = min(earliest, due)
         if earliest == math.inf:
             return None
@@ -776,6 +790,53 @@ class _Engine:
                     signal.pidfd_send_signal(worker.pidfd, DUMP_SIGNAL)
             if now >= start + self.budget:
                 self._kill(worker, index, now)
+        if not self.queue and not self.retry:
+            self._steal(now)
+
+    def _steal_after(self) -> float:
+        return max(_STEAL_AFTER_S, 10 * (self.mean_item_s or 0.0))
+
+    def _idle(self) -> bool:
+        """Whether a worker waits for work that is queued behind another's long item."""
+        return any(
+            w.ready and w.kill_for is None and not w.draining and not w.sent
+            for w in self.workers.values()
+        )
+
+    def _steal(self, now: float) -> None:
+        """Take back the items queued behind a long item, for a worker that has run dry."""
+        if not self._idle():
+            return
+        after = self._steal_after()
+        for worker in list(self.workers.values()):
+            current = worker.current()
+            if (
+                current is None
+                or len(worker.sent) < 2
+                or worker.kill_for is not None
+                or worker.draining
+                or now < current[1] + after
+            ):
+                continue
+            index = current[0]
+            # As at a deadline (see FENCE): fenced before we look for the answer, the worker
+            # either answered already or starts nothing after this item.
+            os.pwrite(worker.fds["fence"], FENCE.pack(index + 1), 0)
+            self._read_results(worker)
+            if worker.current() != current or worker.wid not in self.workers:
+                continue  # it answered: what it does next, it may have started
+            worker.draining = True
+            back = [entry[0] for entry in list(worker.sent)[1:]]
+            while len(worker.sent) > 1:
+                worker.sent.pop()
+            # Bytes of those items not yet in the pipe need not go: it will never read them.
+            worker.batches.clear()
+            worker.unsent.clear()
+            fd = worker.fds["task_w"]
+            if self.by_fd.get(fd, ("", None))[0] == "task":
+                self._unregister(fd)
+            self.retry.extend(back)
+            return
 
     def _kill(self, worker: _Worker, index: int, now: float) -> None:
         assert self.zygote is not None
@@ -931,11 +992,16 @@ class _Engine:
             worker.dumped = None
         self.fruitless_deaths = 0
         self.mean_item_s = wall if self.mean_item_s is None else 0.8 * self.mean_item_s + 0.2 * wall
-        payload = buffer[at + output_size : at + output_size + size]
-        try:
-            status, value, error, exception = decode(payload, objects=self.objects)
-        except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the worker
-            status, value, error, exception = None, None, None, exc
+        exception: Any
+        value = ok_float(buffer, at + output_size, size)
+        if value is not None:
+            status, error, exception = "ok", None, None
+        else:
+            payload = buffer[at + output_size : at + output_size + size]
+            try:
+                status, value, error, exception = decode(payload, objects=self.objects)
+            except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the worker
+                status, value, error, exception = None, None, None, exc
         if status == "ok" and not output_size and not leaked:
             # The common case, built positionally: keyword plumbing costs more than the
             # scorer itself when it runs for 50 µs.

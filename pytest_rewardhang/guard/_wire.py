@@ -13,6 +13,7 @@ import builtins
 import io
 import os
 import pickle
+import pickletools
 import signal
 import struct
 import sys
@@ -247,9 +248,11 @@ def pickle_frame(frame: tuple[Any, ...]) -> bytes:
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:  # pragma: no cover - child only
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    written = os.write(fd, data)
+    if written < len(data):  # a pipe full, or a signal in between: the rest, piece by piece
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def read_bounded(fd: int, limit: int) -> tuple[bytes, int]:
@@ -294,6 +297,35 @@ def output_text(output: bytes, dropped: int) -> str:
 # every other numpy object need ``objects=True``.
 
 
+def _around_float() -> tuple[bytes, bytes]:
+    """The bytes around the float in the pickle of an OK frame holding one, as workers make it."""
+    marker = struct.pack(">d", 0.1)
+    pickled = pickle.dumps((Status.OK.value, 0.1, None, None), protocol=pickle.HIGHEST_PROTOCOL)
+    at = pickled.index(marker)
+    return pickled[:at], pickled[at + len(marker) :]
+
+
+#: What scorers mostly return is one float. Its frame's pickle is fixed but for the float's
+#: eight bytes, which one struct read takes: no unpickler is built for it (an unpickler per
+#: item was the largest part of the caller's time for a fast scorer). Any other bytes go to
+#: :func:`decode`, so what the call sent means the same either way.
+_FLOAT_HEAD, _FLOAT_TAIL = _around_float()
+_FLOAT_SIZE = len(_FLOAT_HEAD) + 8 + len(_FLOAT_TAIL)
+_DOUBLE = struct.Struct(">d")
+
+
+def ok_float(buffer: bytearray, start: int, size: int) -> float | None:
+    """The float of an OK frame's payload at ``buffer[start:start + size]``, if it is one."""
+    if (
+        size == _FLOAT_SIZE
+        and buffer.startswith(_FLOAT_HEAD, start)
+        and buffer.startswith(_FLOAT_TAIL, start + size - len(_FLOAT_TAIL))
+    ):
+        value: float = _DOUBLE.unpack_from(buffer, start + len(_FLOAT_HEAD))[0]
+        return value
+    return None
+
+
 class Refused(pickle.UnpicklingError):
     """What a call sent back names a global the caller does not run without ``objects=True``."""
 
@@ -335,6 +367,81 @@ class _PlainUnpickler(pickle.Unpickler):
         raise Refused(module, name)
 
 
+#: Plain data can still cost the caller quadratic time: ints (and floats, tuples) that hash
+#: alike are cheap to make, and a dict or set of n of them takes n^2 probes to build (64k keys
+#: in 900 KB: about 15 s of the caller's GIL). Strings hash with a per-process secret and do
+#: not collide on purpose. So a result over ``_SCANNED_OVER`` bytes is read opcode by opcode
+#: first (linear), and refused if it holds more than ``_KEYS_LIMIT`` dict keys and set
+#: elements that are not strings; under that size the worst case is a few tens of ms.
+_SCANNED_OVER = 32 * 1024
+_KEYS_LIMIT = 4096
+_STRING_OPS = frozenset(
+    {
+        "SHORT_BINUNICODE",
+        "BINUNICODE",
+        "BINUNICODE8",
+        "UNICODE",
+        "SHORT_BINBYTES",
+        "BINBYTES",
+        "BINBYTES8",
+        "STRING",
+        "BINSTRING",
+        "SHORT_BINSTRING",
+    }
+)
+
+
+class Flooding(pickle.UnpicklingError):
+    """A large result holds more hashed non-string keys than the caller builds: see above."""
+
+    def __init__(self, keys: int) -> None:
+        super().__init__(
+            f"the call's result holds over {keys} dict keys or set elements that are not "
+            "strings: building it could take the caller quadratic time if they hash alike, "
+            "so it is refused; pass objects=True to run(), guarded() or Pool() to build it "
+            "anyway (which trusts the call)"
+        )
+
+
+def _check_keys(data: bytes | bytearray | memoryview) -> None:
+    """Raise :class:`Flooding` if the pickle builds too many non-string keys (see above)."""
+    mark = pickletools.markobject
+    stack: list[object] = []  # per object on the unpickler's stack: True if a string
+    memo: dict[Any, object] = {}
+    keys = 0
+    for opcode, arg, _ in pickletools.genops(bytes(data)):
+        name = opcode.name
+        if name == "MARK":
+            stack.append(mark)
+        elif name in ("SETITEMS", "ADDITEMS", "DICT", "FROZENSET"):
+            at = len(stack) - 1 - stack[::-1].index(mark) if mark in stack else 0
+            members = stack[at + 1 :]
+            del stack[at:]
+            hashed = members[0::2] if name in ("SETITEMS", "DICT") else members
+            keys += sum(member is not True for member in hashed)
+            if name in ("DICT", "FROZENSET"):
+                stack.append(False)
+        elif name == "SETITEM":
+            del stack[-1:]
+            keys += stack.pop() is not True if stack else 1
+        elif name == "MEMOIZE":
+            memo[len(memo)] = stack[-1] if stack else False
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            memo[arg] = stack[-1] if stack else False
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            stack.append(memo.get(arg, False))
+        else:
+            if mark in opcode.stack_before:
+                at = len(stack) - 1 - stack[::-1].index(mark) if mark in stack else 0
+                del stack[at:]
+                del stack[len(stack) - (len(opcode.stack_before) - 2) :]
+            elif opcode.stack_before:
+                del stack[len(stack) - len(opcode.stack_before) :]
+            stack.extend([name in _STRING_OPS] * len(opcode.stack_after))
+        if keys > _KEYS_LIMIT:
+            raise Flooding(_KEYS_LIMIT)
+
+
 class ObjectsFailed(pickle.UnpicklingError):
     """Unpickling with ``objects=True`` raised a BaseException that is not an Exception."""
 
@@ -350,6 +457,8 @@ def decode(
     :class:`ObjectsFailed`).
     """
     if not objects:
+        if len(data) > _SCANNED_OVER:
+            _check_keys(data)
         return _PlainUnpickler(data, exceptions=exceptions).load()
     try:
         return pickle.loads(data)
@@ -360,7 +469,7 @@ def decode(
 
 
 def unpickle_failed(exc: Exception, leaked: int, common: dict[str, Any]) -> Outcome:
-    if isinstance(exc, Refused):
+    if isinstance(exc, Refused | Flooding):
         error = f"{type(exc).__name__}: {exc}"
     else:
         error = f"{type(exc).__name__}: the call's result could not be unpickled: {exc}"

@@ -8,6 +8,7 @@ is running and since when: a crash or a kill loses exactly the current item and 
 from __future__ import annotations
 
 import fcntl
+import importlib
 import io
 import mmap
 import os
@@ -154,6 +155,9 @@ _FULL_AFTER_S = 0.001
 #: is replaced rather than run out of them.
 _SPARE_FDS = 32
 _ITIMERS = (signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+#: The handlers as the C module has them: signal.getsignal's enum conversion, for each of 64
+#: signals, was half the cost of the full check.
+_getsignal: Callable[[int], Any] = importlib.import_module("_signal").getsignal
 
 
 class _State:  # pragma: no cover - worker only
@@ -181,7 +185,7 @@ class _State:  # pragma: no cover - worker only
             if name.startswith("RLIMIT_")
             for number in [getattr(resource, name)]
         }
-        self.handlers = {signum: signal.getsignal(signum) for signum in signal.valid_signals()}
+        self.handlers = {signum: _getsignal(signum) for signum in signal.valid_signals()}
         self.fds = {int(fd) for fd in os.listdir("/proc/self/fd")} | set(own_fds)
         self.stdio = [_identity(fd) for fd in (1, 2)]
         self.dirty = False
@@ -224,7 +228,7 @@ class _State:  # pragma: no cover - worker only
                 except (ValueError, OSError):  # a hard limit lowered cannot be raised again
                     return False
         for signum, handler in self.handlers.items():
-            if handler is not None and signal.getsignal(signum) is not handler:
+            if handler is not None and _getsignal(signum) is not handler:
                 try:
                     signal.signal(signum, handler)
                 except (OSError, ValueError, TypeError):

@@ -76,6 +76,8 @@ def score(log: str, item: str, action: str = "ok") -> str:
                 pass
     if action == "sleep":
         time.sleep(3600)
+    if action == "slow":
+        time.sleep(0.01)
     if action == "crash":
         os._exit(3)
     if action == "segv":
@@ -266,6 +268,29 @@ def test_deadline_runs_from_item_start_not_submission(tmp_path: Path, launch: La
     assert all(o.wall_s < 0.1 for o in outs[4:])
     # Four hangs over two workers cost two budgets, not four (which would be 4 * BUDGET).
     assert 2 * BUDGET <= elapsed < 3.5 * BUDGET
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_worker_run_dry_takes_back_what_waits_behind_a_long_item(
+    tmp_path: Path, launch: Launch
+) -> None:
+    log = tmp_path / "calls"
+    # A budget long enough that side by side (about one) and one after the other (two) stay
+    # apart on a busy machine.
+    budget = 2.0
+    with launch.pool(score, workers=2, budget=budget) as pool:
+        # Timed at 10 ms an item: one item a batch and two in flight per worker, so the
+        # second hang is queued behind the first on the same worker.
+        assert pool.map([(str(log), "warm", "slow")])[0].ok
+        actions = [("a", "slow"), ("h1", "hang"), ("b", "slow"), ("h2", "hang")]
+        start = time.perf_counter()
+        outs = pool.map([(str(log), item, action) for item, action in actions])
+        elapsed = time.perf_counter() - start
+    assert [o.status for o in outs] == [Status.OK, Status.TIMEOUT, Status.OK, Status.TIMEOUT]
+    assert [o.value for o in outs[::2]] == ["A", "B"]
+    # The worker that ran dry took h2 back: the two hangs ran side by side.
+    assert elapsed < 1.75 * budget
+    assert sorted(calls(log)) == ["a", "b", "h1", "h2", "warm"]  # each started once
 
 
 @pytest.mark.usefixtures("no_leaks")

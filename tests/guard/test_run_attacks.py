@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import pytest_rewardhang
-from pytest_rewardhang.guard import CallFailed, Status, guarded, run
+from pytest_rewardhang.guard import CallFailed, Pool, Status, guarded, run
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL
 from tests.conftest import children, pipes
 
@@ -304,6 +304,35 @@ def test_a_sympy_tree_is_refused_not_rebuilt_in_the_caller() -> None:
     assert "objects=True" in out.error
 
 
+def colliding_keys(count: int) -> dict[int, int]:
+    """Ints that all hash to 0 (multiples of the modulus of int hashing), as dict keys."""
+    return {k * sys.hash_info.modulus: 0 for k in range(1, count + 1)}
+
+
+def string_keys(count: int) -> dict[str, float]:
+    return {f"key{k}": k / 2 for k in range(count)}
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_result_of_colliding_keys_is_refused_not_rebuilt_in_the_caller() -> None:
+    # 20,000 keys that hash alike take about 1.5 s to build, in the call and then again in the
+    # caller, holding its GIL past any deadline (64,000: about 15 s each).
+    start = time.perf_counter()
+    out = run(colliding_keys, (20_000,), budget=60.0)
+    in_caller = time.perf_counter() - start - out.wall_s
+    assert out.status is Status.ERROR, out.status
+    assert out.error is not None
+    assert "not strings" in out.error
+    assert "objects=True" in out.error
+    assert in_caller < 1.0  # reading it was linear, and the dict was never built here
+    # A few such keys, and any number of string keys, come back as they are.
+    assert run(colliding_keys, (1000,), budget=30.0).value == colliding_keys(1000)
+    assert run(string_keys, (50_000,), budget=30.0).value == string_keys(50_000)
+    opted = run(colliding_keys, (5000,), budget=30.0, objects=True)
+    assert opted.ok
+    assert len(opted.value) == 5000
+
+
 def plain() -> Any:
     return {
         "none": None,
@@ -321,6 +350,58 @@ def test_plain_data_comes_back_as_is() -> None:
     out = run(plain, budget=BUDGET)
     assert out.status is Status.OK
     assert out.value == plain()
+
+
+def numpy_results() -> Any:
+    import numpy as np
+
+    return {"score": np.float64(0.5), "acc": np.bool_(True), "n": np.int64(3)}
+
+
+def numpy_array() -> Any:
+    import numpy as np
+
+    return np.arange(3)
+
+
+@pytest.mark.needs_extra("bench")
+@pytest.mark.usefixtures("no_leaks")
+def test_numpy_scalars_come_back_arrays_only_when_opted_in() -> None:
+    # What scorers return (np.mean of per-step rewards, say): numpy is imported here, so the
+    # caller rebuilds its scalars, in a run and in a pool alike.
+    import numpy as np
+
+    out = run(numpy_results, budget=30.0)
+    assert out.status is Status.OK, out.error
+    assert out.value == {"score": 0.5, "acc": True, "n": 3}
+    assert type(out.value["score"]) is np.float64
+    with Pool(numpy_results, workers=1, budget=30.0) as pool:
+        (pooled,) = pool.map([()])
+    assert pooled.value == out.value
+    refused = run(numpy_array, budget=30.0)
+    assert refused.status is Status.ERROR
+    assert refused.error is not None
+    assert "numpy" in refused.error
+    assert "objects=True" in refused.error
+    assert list(run(numpy_array, budget=30.0, objects=True).value) == [0, 1, 2]
+
+
+@pytest.mark.needs_extra("bench")
+def test_numpy_is_never_imported_into_the_caller_to_rebuild_a_result() -> None:
+    result = in_subprocess(
+        """
+        def scalar():
+            import numpy
+            return numpy.float64(0.5)
+
+        out = run(scalar, budget=30.0)
+        print(json.dumps({"status": out.status.value, "error": out.error,
+                          "numpy": "numpy" in sys.modules}))
+        """
+    )
+    assert result["status"] == "error"
+    assert "numpy" in result["error"]
+    assert not result["numpy"]
 
 
 def fraction() -> Any:
