@@ -2,8 +2,9 @@
 
 Run: .venv/bin/pip install -q -e '.[bench]' && .venv/bin/python benchmarks/bench_pool.py
 
-Peers, side by side on the same items: an unguarded serial loop; ``guard.run`` per item;
-``Pool(workers=2)``; ``ProcessPoolExecutor`` with ``future.result(timeout)``; pebble's
+Peers, side by side on the same items: an unguarded serial loop (and, as a reference for what
+the transport alone allows, an unguarded ``multiprocessing.Pool`` in chunks); ``guard.run``
+per item; ``Pool(workers=2)``; ``ProcessPoolExecutor`` with ``future.result(timeout)``; pebble's
 ``ProcessPool`` with a per-task timeout. Then a ``Pool`` call's latency from a caller holding
 4 GiB resident against one holding 50 MiB. Prints a Markdown table and checks the targets of
 issue 3. Timings are wall clock on this machine; run it on an otherwise idle one.
@@ -65,6 +66,22 @@ def serial(fn: Callable[..., float], items: Sequence[Item]) -> Result:
     for item in items:
         fn(*item)
     return Result(len(items), time.perf_counter() - start, len(items), 0)
+
+
+def chunked(fn: Callable[..., float], items: Sequence[Item]) -> Result:
+    """The transport alone: ``multiprocessing.Pool.map`` in chunks, no deadline, no accounting.
+
+    Not a peer (one hang freezes it, like the serial loop): what two workers reach when nothing
+    is done per item but the call.
+    """
+    import multiprocessing
+
+    forget()
+    with multiprocessing.get_context("fork").Pool(WORKERS) as peers:
+        peers.starmap(fn, items[:200], chunksize=100)  # started, as the pools' timings are
+        start = time.perf_counter()
+        peers.starmap(fn, items, chunksize=100)
+        return Result(len(items), time.perf_counter() - start, len(items), 0)
 
 
 def guard_run(fn: Callable[..., float], items: Sequence[Item]) -> Result:
@@ -243,6 +260,8 @@ def main() -> None:
         fn(*make(1)[0])  # imports sympy, as a trainer would have
         clean, hangs = make(n["all"]), make(n["all"], HANG_EVERY)
         rows.append((name, "unguarded serial loop", best(serial, fn, clean), None))
+        reference = "`multiprocessing.Pool.starmap`, chunks of 100, unguarded (reference)"
+        rows.append((name, reference, best(chunked, fn, clean), None))
         few, few_hangs = make(n["guard.run"]), make(n["guard.run"], HANG_EVERY)
         guarded = best(guard_run, fn, few), guard_run(fn, few_hangs)
         rows.append((name, "`guard.run` per item", *guarded))
@@ -337,9 +356,9 @@ def report(
     fast_pool, fast_serial = rates[("fast", "`Pool(workers=2)`")], rates[("fast", "unguarded")]
     checks.append(
         (
-            "Pool >= 1.5x the serial loop on the fast scorer",
+            "Pool >= 1.7x the serial loop on the fast scorer (issue 12)",
             fast_pool[0] / fast_serial[0],
-            fast_pool[0] >= 1.5 * fast_serial[0],
+            fast_pool[0] >= 1.7 * fast_serial[0],
             "x",
         )
     )
