@@ -371,8 +371,8 @@ class _PlainUnpickler(pickle.Unpickler):
 #: alike are cheap to make, and a dict or set of n of them takes n^2 probes to build (64k keys
 #: in 900 KB: about 15 s of the caller's GIL). Strings hash with a per-process secret and do
 #: not collide on purpose. So a result over ``_SCANNED_OVER`` bytes is read opcode by opcode
-#: first (linear), and refused if it holds more than ``_KEYS_LIMIT`` dict keys and set
-#: elements that are not strings; under that size the worst case is a few tens of ms.
+#: first (linear), and refused if one dict or set in it has more than ``_KEYS_LIMIT`` keys
+#: that are not strings; under that size the worst case is a few tens of ms.
 _SCANNED_OVER = 32 * 1024
 _KEYS_LIMIT = 4096
 _STRING_OPS = frozenset(
@@ -392,11 +392,11 @@ _STRING_OPS = frozenset(
 
 
 class Flooding(pickle.UnpicklingError):
-    """A large result holds more hashed non-string keys than the caller builds: see above."""
+    """A large result has a dict or set with more non-string keys than the caller builds."""
 
     def __init__(self, keys: int) -> None:
         super().__init__(
-            f"the call's result holds over {keys} dict keys or set elements that are not "
+            f"the call's result has a dict or set of over {keys} keys that are not "
             "strings: building it could take the caller quadratic time if they hash alike, "
             "so it is refused; pass objects=True to run(), guarded() or Pool() to build it "
             "anyway (which trusts the call)"
@@ -404,26 +404,41 @@ class Flooding(pickle.UnpicklingError):
 
 
 def _check_keys(data: bytes | bytearray | memoryview) -> None:
-    """Raise :class:`Flooding` if the pickle builds too many non-string keys (see above)."""
-    mark = pickletools.markobject
-    stack: list[object] = []  # per object on the unpickler's stack: True if a string
-    memo: dict[Any, object] = {}
-    keys = 0
+    """Raise :class:`Flooding` if the pickle builds a dict or set with too many non-string keys.
+
+    Follows the unpickler's stack, one entry per object: True for a string, False for another
+    object, and for a dict or set a one-item list counting its non-string keys (the same list
+    wherever the memo brings that container back). Marks are kept apart, so that every opcode
+    costs O(1) plus what it pops: linear in the pickle.
+    """
+    stack: list[Any] = []
+    marks: list[int] = []  # where each open mark is on the stack
+    memo: dict[Any, Any] = {}
+
+    def add(container: Any, members: list[Any]) -> None:
+        if type(container) is list:
+            container[0] += sum(member is not True for member in members)
+            if container[0] > _KEYS_LIMIT:
+                raise Flooding(_KEYS_LIMIT)
+
     for opcode, arg, _ in pickletools.genops(bytes(data)):
         name = opcode.name
         if name == "MARK":
-            stack.append(mark)
+            marks.append(len(stack))
+        elif name in ("EMPTY_DICT", "EMPTY_SET"):
+            stack.append([0])
         elif name in ("SETITEMS", "ADDITEMS", "DICT", "FROZENSET"):
-            at = len(stack) - 1 - stack[::-1].index(mark) if mark in stack else 0
-            members = stack[at + 1 :]
+            at = marks.pop() if marks else 0
+            members = stack[at:]
             del stack[at:]
             hashed = members[0::2] if name in ("SETITEMS", "DICT") else members
-            keys += sum(member is not True for member in hashed)
             if name in ("DICT", "FROZENSET"):
-                stack.append(False)
+                stack.append([0])
+            add(stack[-1] if stack else None, hashed)
         elif name == "SETITEM":
             del stack[-1:]
-            keys += stack.pop() is not True if stack else 1
+            key = stack.pop() if stack else False
+            add(stack[-1] if stack else None, [key])
         elif name == "MEMOIZE":
             memo[len(memo)] = stack[-1] if stack else False
         elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
@@ -431,15 +446,15 @@ def _check_keys(data: bytes | bytearray | memoryview) -> None:
         elif name in ("GET", "BINGET", "LONG_BINGET"):
             stack.append(memo.get(arg, False))
         else:
-            if mark in opcode.stack_before:
-                at = len(stack) - 1 - stack[::-1].index(mark) if mark in stack else 0
-                del stack[at:]
-                del stack[len(stack) - (len(opcode.stack_before) - 2) :]
-            elif opcode.stack_before:
-                del stack[len(stack) - len(opcode.stack_before) :]
+            before = opcode.stack_before
+            if pickletools.markobject in before:
+                del stack[marks.pop() if marks else 0 :]
+                below = len(before) - 2  # what the opcode takes from under its mark
+            else:
+                below = len(before)
+            if below:
+                del stack[max(len(stack) - below, 0) :]
             stack.extend([name in _STRING_OPS] * len(opcode.stack_after))
-        if keys > _KEYS_LIMIT:
-            raise Flooding(_KEYS_LIMIT)
 
 
 class ObjectsFailed(pickle.UnpicklingError):

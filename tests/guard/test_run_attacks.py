@@ -23,7 +23,7 @@ import pytest
 
 import pytest_rewardhang
 from pytest_rewardhang.guard import CallFailed, Pool, Status, guarded, run
-from pytest_rewardhang.guard._wire import DUMP_SIGNAL
+from pytest_rewardhang.guard._wire import DUMP_SIGNAL, decode
 from tests.conftest import children, pipes
 
 #: Where the package under test is imported from, for the subprocesses.
@@ -331,6 +331,25 @@ def test_a_result_of_colliding_keys_is_refused_not_rebuilt_in_the_caller() -> No
     opted = run(colliding_keys, (5000,), budget=30.0, objects=True)
     assert opted.ok
     assert len(opted.value) == 5000
+
+
+def many_small_int_dicts() -> list[dict[int, float]]:
+    return [{1: 1.0, 2: 0.0} for _ in range(5000)]
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_the_key_limit_is_per_dict_and_the_scan_is_linear() -> None:
+    # 10,000 int keys in all, 2 per dict: nothing to flood, and it comes back.
+    out = run(many_small_int_dicts, budget=30.0)
+    assert out.ok, out.error
+    assert out.value == many_small_int_dicts()
+    # A pickle a scan could be made quadratic on: 200,000 objects on the stack, then 100,000
+    # marks closed on top of them. Read in linear time (a naive search for each mark from the
+    # bottom of the stack would take minutes).
+    forged = b"\x80\x05" + b"N" * 200_000 + b"(t0" * 100_000 + b"."
+    start = time.perf_counter()
+    assert decode(forged) is None
+    assert time.perf_counter() - start < 10.0
 
 
 def plain() -> Any:
