@@ -391,25 +391,43 @@ _STRING_OPS = frozenset(
 )
 
 
-class Flooding(pickle.UnpicklingError):
-    """A large result has a dict or set with more non-string keys than the caller builds."""
+#: What pickle writes for plain data (and for complex, builtin exceptions and numpy scalars,
+#: which the plain unpickler also rebuilds), in every protocol. The scan below follows only
+#: these: an opcode pickle never writes for them (DUP, POP, OBJ, persistent ids, extension
+#: codes, out-of-band buffers) would let the scan's stack drift from the unpickler's, so a
+#: large result that uses one is refused instead.
+_PLAIN_OPS = frozenset(
+    {
+        "PROTO", "FRAME", "STOP", "MARK", "NONE", "NEWTRUE", "NEWFALSE",
+        "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
+        "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "EMPTY_LIST", "LIST", "APPEND",
+        "APPENDS", "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS", "EMPTY_SET", "ADDITEMS",
+        "FROZENSET", "BYTEARRAY8", "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE", "GET", "BINGET",
+        "LONG_BINGET", "GLOBAL", "STACK_GLOBAL", "REDUCE", "NEWOBJ", "NEWOBJ_EX", "BUILD",
+        *_STRING_OPS,
+    }
+)  # fmt: skip
+_TUPLE_SIZES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
 
-    def __init__(self, keys: int) -> None:
+
+class Flooding(pickle.UnpicklingError):
+    """A large result the caller does not build in its own time: see above."""
+
+    def __init__(self, why: str) -> None:
         super().__init__(
-            f"the call's result has a dict or set of over {keys} keys that are not "
-            "strings: building it could take the caller quadratic time if they hash alike, "
-            "so it is refused; pass objects=True to run(), guarded() or Pool() to build it "
-            "anyway (which trusts the call)"
+            f"the call's result {why}, so it is refused; pass objects=True to run(), "
+            "guarded() or Pool() to build it anyway (which trusts the call)"
         )
 
 
 def _check_keys(data: bytes | bytearray | memoryview) -> None:
     """Raise :class:`Flooding` if the pickle builds a dict or set with too many non-string keys.
 
-    Follows the unpickler's stack, one entry per object: True for a string, False for another
-    object, and for a dict or set a one-item list counting its non-string keys (the same list
-    wherever the memo brings that container back). Marks are kept apart, so that every opcode
-    costs O(1) plus what it pops: linear in the pickle.
+    Follows the unpickler's stack, one entry per object: True for a string (or a tuple of
+    strings: its hash comes from theirs), False for another object, and for a dict or set a
+    one-item list counting its non-string keys (the same list wherever the memo brings that
+    container back). Marks are kept apart, so that every opcode costs O(1) plus what it pops:
+    linear in the pickle.
     """
     stack: list[Any] = []
     marks: list[int] = []  # where each open mark is on the stack
@@ -419,26 +437,47 @@ def _check_keys(data: bytes | bytearray | memoryview) -> None:
         if type(container) is list:
             container[0] += sum(member is not True for member in members)
             if container[0] > _KEYS_LIMIT:
-                raise Flooding(_KEYS_LIMIT)
+                raise Flooding(
+                    f"has a dict or set of over {_KEYS_LIMIT} keys that are not strings: they "
+                    "could hash alike, and building it take the caller quadratic time"
+                )
+
+    def popped(count: int) -> list[Any]:
+        at = max(len(stack) - count, 0)
+        members = stack[at:]
+        del stack[at:]
+        return members
+
+    def to_mark() -> list[Any]:
+        return popped(len(stack) - (marks.pop() if marks else 0))
 
     for opcode, arg, _ in pickletools.genops(bytes(data)):
         name = opcode.name
+        if name not in _PLAIN_OPS:
+            raise Flooding(
+                f"is over {_SCANNED_OVER // 1024} KiB and uses the pickle opcode {name}, which "
+                "plain data does not need: what building it would cost cannot be checked"
+            )
         if name == "MARK":
             marks.append(len(stack))
         elif name in ("EMPTY_DICT", "EMPTY_SET"):
             stack.append([0])
         elif name in ("SETITEMS", "ADDITEMS", "DICT", "FROZENSET"):
-            at = marks.pop() if marks else 0
-            members = stack[at:]
-            del stack[at:]
+            members = to_mark()
             hashed = members[0::2] if name in ("SETITEMS", "DICT") else members
             if name in ("DICT", "FROZENSET"):
                 stack.append([0])
             add(stack[-1] if stack else None, hashed)
         elif name == "SETITEM":
-            del stack[-1:]
-            key = stack.pop() if stack else False
-            add(stack[-1] if stack else None, [key])
+            add(stack[-3] if len(stack) > 2 else None, popped(2)[:1])
+        elif name in ("TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "EMPTY_TUPLE"):
+            if name == "EMPTY_TUPLE":
+                members = []
+            elif name == "TUPLE":
+                members = to_mark()
+            else:
+                members = popped(_TUPLE_SIZES[name])
+            stack.append(all(member is True for member in members))
         elif name == "MEMOIZE":
             memo[len(memo)] = stack[-1] if stack else False
         elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
@@ -447,13 +486,11 @@ def _check_keys(data: bytes | bytearray | memoryview) -> None:
             stack.append(memo.get(arg, False))
         else:
             before = opcode.stack_before
-            if pickletools.markobject in before:
-                del stack[marks.pop() if marks else 0 :]
-                below = len(before) - 2  # what the opcode takes from under its mark
+            if pickletools.markobject in before:  # LIST, APPENDS: the rest sits under the mark
+                to_mark()
+                popped(len(before) - 2)
             else:
-                below = len(before)
-            if below:
-                del stack[max(len(stack) - below, 0) :]
+                popped(len(before))
             stack.extend([name in _STRING_OPS] * len(opcode.stack_after))
 
 
