@@ -90,18 +90,13 @@ def private_tempdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     # under pytest's (with xdist's popen-gw1/, or once pytest-of-root/pytest-1000/ is reached)
     # Ray could not start. A short one of its own, removed at the end.
     ray = tempfile.mkdtemp(prefix="rh-ray-")
-    saved = tempfile.tempdir, os.environ.get("TMPDIR"), os.environ.get("RAY_TMPDIR")
-    tempfile.tempdir = os.environ["TMPDIR"] = path
-    os.environ["RAY_TMPDIR"] = ray
     try:
-        yield
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(tempfile, "tempdir", path)
+            patch.setenv("TMPDIR", path)
+            patch.setenv("RAY_TMPDIR", ray)
+            yield
     finally:
-        tempfile.tempdir = saved[0]
-        for name, value in (("TMPDIR", saved[1]), ("RAY_TMPDIR", saved[2])):
-            if value is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = value
         shutil.rmtree(ray, ignore_errors=True)
 
 

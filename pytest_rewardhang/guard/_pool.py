@@ -64,7 +64,6 @@ from ._wire import (
     decode,
     died,
     dump_lead,
-    ok_float,
     outcome_from_frame,
     output_text,
     read_bounded,
@@ -739,7 +738,7 @@ class _Engine:
 
     def _poll_timeout(self) -> int | None:
         earliest = math.inf
-        steal = not self.queue and not self.retry and self._idle()
+        steal = self._idle()
         for worker in self.workers.values():
             if not worker.ready:
                 earliest = min(earliest, worker.requested + _FORK_S)
@@ -759,7 +758,7 @@ class _Engine:
             due = start + self.budget
             if worker.dumped != index:
                 due -= self.dump_lead
-            if steal and len(worker.sent) > 1 and not worker.draining:
+            if steal and self._holds_back(worker):
                 due = min(due, start + self._steal_after())
             earliest = min(earliest, due)
         if earliest == math.inf:
@@ -790,33 +789,39 @@ class _Engine:
                     signal.pidfd_send_signal(worker.pidfd, DUMP_SIGNAL)
             if now >= start + self.budget:
                 self._kill(worker, index, now)
-        if not self.queue and not self.retry:
+        if self._idle():
             self._steal(now)
 
     def _steal_after(self) -> float:
         return max(_STEAL_AFTER_S, 10 * (self.mean_item_s or 0.0))
 
     def _idle(self) -> bool:
-        """Whether a worker waits for work that is queued behind another's long item."""
-        return any(
-            w.ready and w.kill_for is None and not w.draining and not w.sent
-            for w in self.workers.values()
+        """Whether a worker has run dry with nothing left to hand it but what others hold."""
+        return (
+            not self.queue
+            and not self.retry
+            and any(
+                w.ready and w.kill_for is None and not w.draining and not w.sent
+                for w in self.workers.values()
+            )
+        )
+
+    @staticmethod
+    def _holds_back(worker: _Worker) -> bool:
+        """Whether items wait in ``worker`` behind the one it runs, which could be taken back."""
+        return (
+            len(worker.sent) > 1
+            and worker.current() is not None
+            and worker.kill_for is None
+            and not worker.draining
         )
 
     def _steal(self, now: float) -> None:
         """Take back the items queued behind a long item, for a worker that has run dry."""
-        if not self._idle():
-            return
         after = self._steal_after()
         for worker in list(self.workers.values()):
             current = worker.current()
-            if (
-                current is None
-                or len(worker.sent) < 2
-                or worker.kill_for is not None
-                or worker.draining
-                or now < current[1] + after
-            ):
+            if current is None or not self._holds_back(worker) or now < current[1] + after:
                 continue
             index = current[0]
             # As at a deadline (see FENCE): fenced before we look for the answer, the worker
@@ -826,16 +831,14 @@ class _Engine:
             if worker.current() != current or worker.wid not in self.workers:
                 continue  # it answered: what it does next, it may have started
             worker.draining = True
-            back = [entry[0] for entry in list(worker.sent)[1:]]
-            while len(worker.sent) > 1:
-                worker.sent.pop()
+            running = worker.sent.popleft()
+            self.retry.extend(entry[0] for entry in worker.sent)
+            worker.sent.clear()
+            worker.sent.append(running)
             # Bytes of those items not yet in the pipe need not go: it will never read them.
             worker.batches.clear()
             worker.unsent.clear()
-            fd = worker.fds["task_w"]
-            if self.by_fd.get(fd, ("", None))[0] == "task":
-                self._unregister(fd)
-            self.retry.extend(back)
+            self._unregister(worker.fds["task_w"])
             return
 
     def _kill(self, worker: _Worker, index: int, now: float) -> None:
@@ -992,16 +995,11 @@ class _Engine:
             worker.dumped = None
         self.fruitless_deaths = 0
         self.mean_item_s = wall if self.mean_item_s is None else 0.8 * self.mean_item_s + 0.2 * wall
-        exception: Any
-        value = ok_float(buffer, at + output_size, size)
-        if value is not None:
-            status, error, exception = "ok", None, None
-        else:
-            payload = buffer[at + output_size : at + output_size + size]
-            try:
-                status, value, error, exception = decode(payload, objects=self.objects)
-            except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the worker
-                status, value, error, exception = None, None, None, exc
+        payload = buffer[at + output_size : at + output_size + size]
+        try:
+            status, value, error, exception = decode(payload, objects=self.objects)
+        except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the worker
+            status, value, error, exception = None, None, None, exc
         if status == "ok" and not output_size and not leaked:
             # The common case, built positionally: keyword plumbing costs more than the
             # scorer itself when it runs for 50 µs.

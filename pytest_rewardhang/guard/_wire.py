@@ -307,22 +307,22 @@ def _around_float() -> tuple[bytes, bytes]:
 
 #: What scorers mostly return is one float. Its frame's pickle is fixed but for the float's
 #: eight bytes, which one struct read takes: no unpickler is built for it (an unpickler per
-#: item was the largest part of the caller's time for a fast scorer). Any other bytes go to
-#: :func:`decode`, so what the call sent means the same either way.
+#: item was the largest part of the caller's time for a fast scorer). Any other bytes are
+#: unpickled, so what the call sent means the same either way.
 _FLOAT_HEAD, _FLOAT_TAIL = _around_float()
 _FLOAT_SIZE = len(_FLOAT_HEAD) + 8 + len(_FLOAT_TAIL)
 _DOUBLE = struct.Struct(">d")
+_OK_VALUE = Status.OK.value
 
 
-def ok_float(buffer: bytearray, start: int, size: int) -> float | None:
-    """The float of an OK frame's payload at ``buffer[start:start + size]``, if it is one."""
+def _ok_float(data: bytes | bytearray | memoryview) -> tuple[Any, ...] | None:
+    """The frame ``data`` is the pickle of, if it is an OK frame holding one float."""
     if (
-        size == _FLOAT_SIZE
-        and buffer.startswith(_FLOAT_HEAD, start)
-        and buffer.startswith(_FLOAT_TAIL, start + size - len(_FLOAT_TAIL))
+        len(data) == _FLOAT_SIZE
+        and data[: len(_FLOAT_HEAD)] == _FLOAT_HEAD
+        and data[-len(_FLOAT_TAIL) :] == _FLOAT_TAIL
     ):
-        value: float = _DOUBLE.unpack_from(buffer, start + len(_FLOAT_HEAD))[0]
-        return value
+        return (_OK_VALUE, _DOUBLE.unpack_from(data, len(_FLOAT_HEAD))[0], None, None)
     return None
 
 
@@ -407,7 +407,7 @@ _PLAIN_OPS = frozenset(
         *_STRING_OPS,
     }
 )  # fmt: skip
-_TUPLE_SIZES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+_TUPLE_OPS = frozenset({"EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"})
 
 
 class Flooding(pickle.UnpicklingError):
@@ -470,14 +470,6 @@ def _check_keys(data: bytes | bytearray | memoryview) -> None:
             add(stack[-1] if stack else None, hashed)
         elif name == "SETITEM":
             add(stack[-3] if len(stack) > 2 else None, popped(2)[:1])
-        elif name in ("TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "EMPTY_TUPLE"):
-            if name == "EMPTY_TUPLE":
-                members = []
-            elif name == "TUPLE":
-                members = to_mark()
-            else:
-                members = popped(_TUPLE_SIZES[name])
-            stack.append(all(member is True for member in members))
         elif name == "MEMOIZE":
             memo[len(memo)] = stack[-1] if stack else False
         elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
@@ -486,12 +478,13 @@ def _check_keys(data: bytes | bytearray | memoryview) -> None:
             stack.append(memo.get(arg, False))
         else:
             before = opcode.stack_before
-            if pickletools.markobject in before:  # LIST, APPENDS: the rest sits under the mark
-                to_mark()
+            if pickletools.markobject in before:  # TUPLE, LIST, APPENDS (its list is below)
+                members = to_mark()
                 popped(len(before) - 2)
             else:
-                popped(len(before))
-            stack.extend([name in _STRING_OPS] * len(opcode.stack_after))
+                members = popped(len(before))
+            made = all(m is True for m in members) if name in _TUPLE_OPS else name in _STRING_OPS
+            stack.extend([made] * len(opcode.stack_after))
 
 
 class ObjectsFailed(pickle.UnpicklingError):
@@ -508,6 +501,9 @@ def decode(
     ``SystemExit`` or ``KeyboardInterrupt`` from its ``__reduce__``: it comes out as
     :class:`ObjectsFailed`).
     """
+    frame = _ok_float(data)
+    if frame is not None:
+        return frame
     if not objects:
         if len(data) > _SCANNED_OVER:
             _check_keys(data)
