@@ -113,11 +113,13 @@ _DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signa
 class _Worker:
     __slots__ = (
         "acked",
+        "after_fence",
         "batches",
         "cpu_base",
         "draining",
         "dumped",
         "fds",
+        "fenced",
         "inbuf",
         "kill_for",
         "kill_time",
@@ -163,9 +165,13 @@ class _Worker:
         self.requested = time.monotonic()
         #: Why this worker's current item ended, when not by its own doing or a timeout.
         self.lost: str | None = None
-        #: Fenced after its current item (the items behind it were taken back): it gets no
-        #: more work, and retires when that item ends.
+        #: Fenced after its current item (the items behind it were taken back), or retiring
+        #: after its last answer: it gets no more work.
         self.draining = False
+        #: The last item the fence was written for (see FENCE); and the item queued after it
+        #: when it answered anyway: if the worker then retires, that one never started.
+        self.fenced: int | None = None
+        self.after_fence: int | None = None
 
     def current(self) -> tuple[int, float] | None:
         """The item running now and the time it started, if one is."""
@@ -302,8 +308,6 @@ class _Engine:
         self.fn: Callable[..., Any] | None = None
         self.target: tuple[Any, ...] | None = None
         self.replaced = 0
-        #: Items handed out again because the worker left before starting them.
-        self.requeued: dict[int, int] = {}
         # Every item taken and not answered yet, whoever gave it: map() calls and submit().
         self.next_index = 0
         self.items: dict[int, Item] = {}
@@ -611,8 +615,6 @@ class _Engine:
             return
         del self.items[index]
         self.remaining -= 1
-        if self.requeued:
-            self.requeued.pop(index, None)
         if type(sink) is _Batch:
             sink.results[index - sink.base] = outcome
             sink.left -= 1
@@ -779,7 +781,7 @@ class _Engine:
             if now >= start + self.budget:
                 # Before looking for its answer: see FENCE. From here the worker either
                 # answered already (and we see it) or starts nothing after this item.
-                os.pwrite(worker.fds["fence"], FENCE.pack(index + 1), 0)
+                self._fence(worker, index)
             self._read_results(worker)  # it may have answered since the poll returned
             if worker.current() != current or worker.wid not in self.workers:
                 continue
@@ -826,20 +828,29 @@ class _Engine:
             index = current[0]
             # As at a deadline (see FENCE): fenced before we look for the answer, the worker
             # either answered already or starts nothing after this item.
-            os.pwrite(worker.fds["fence"], FENCE.pack(index + 1), 0)
+            self._fence(worker, index)
             self._read_results(worker)
             if worker.current() != current or worker.wid not in self.workers:
                 continue  # it answered: what it does next, it may have started
-            worker.draining = True
-            running = worker.sent.popleft()
-            self.retry.extend(entry[0] for entry in worker.sent)
-            worker.sent.clear()
-            worker.sent.append(running)
-            # Bytes of those items not yet in the pipe need not go: it will never read them.
-            worker.batches.clear()
-            worker.unsent.clear()
-            self._unregister(worker.fds["task_w"])
+            self._take_back(worker, keep=1)
             return
+
+    @staticmethod
+    def _fence(worker: _Worker, index: int) -> None:
+        os.pwrite(worker.fds["fence"], FENCE.pack(index + 1), 0)
+        worker.fenced = index
+
+    def _take_back(self, worker: _Worker, keep: int) -> None:
+        """Give ``worker`` no more work; what it holds past its first ``keep`` items goes back."""
+        worker.draining = True
+        kept = [worker.sent.popleft() for _ in range(min(keep, len(worker.sent)))]
+        self.retry.extend(entry[0] for entry in worker.sent)
+        worker.sent.clear()
+        worker.sent.extend(kept)
+        # Bytes of those items not yet in the pipe need not go: it will never read them.
+        worker.batches.clear()
+        worker.unsent.clear()
+        self._unregister(worker.fds["task_w"])
 
     def _kill(self, worker: _Worker, index: int, now: float) -> None:
         assert self.zygote is not None
@@ -973,7 +984,7 @@ class _Engine:
     def _answered(
         self, worker: _Worker, fields: tuple[Any, ...], buffer: bytearray, at: int
     ) -> None:
-        size, output_size, dropped, index, leaked, wall, cpu, cpu_total, end, rss = fields
+        size, output_size, dropped, index, leaked, wall, cpu, cpu_total, end, rss, leaving = fields
         if not worker.sent or worker.sent[0][0] != index or worker.sent[0][1] is None:
             # Not the item it is running: something in the call wrote on the result pipe.
             # The worker goes; the item it was running is its own, a crash, never the batch.
@@ -987,6 +998,11 @@ class _Engine:
             return
         worker.sent.popleft()
         worker.retries.discard(index)
+        if leaving:  # it retires now: nothing it holds will start
+            self._take_back(worker, keep=0)
+        elif index == worker.fenced and worker.sent:
+            # It may have read the fence after this answer, and retired without a word.
+            worker.after_fence = worker.sent[0][0]
         self.replaced = 0
         worker.last_end = end
         worker.cpu_base = cpu_total
@@ -1024,15 +1040,15 @@ class _Engine:
         now = time.monotonic()
         current = worker.current()
         back = [entry[0] for entry in worker.sent]
-        # It left between items on its own (fenced, or its state could not be put back): the
-        # item after its last answer never started. Once per item, so an item that itself
-        # exits with that code is not handed out for ever.
+        # It left between items on its own: fenced (the item after the fenced one never
+        # started), or its state could not be put back (its answer said so, and what it held
+        # went back then). Any other item that exits with that code, exited itself.
         retired = status >= 0 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == RETIRED
         if current is not None and self.remaining:
             index, start = current
             back.pop(0)
             unstarted = worker.lost is None and (
-                (retired and not self.requeued.get(index))
+                (retired and index == worker.after_fence)
                 or (worker.kill_for is not None and worker.kill_for != index)
             )
             if not unstarted:
@@ -1062,8 +1078,7 @@ class _Engine:
                 )
             else:
                 # Killed for an item that answered at the deadline, or retired after one: the
-                # fence kept this one from starting. It goes out again, for the first time.
-                self.requeued[index] = self.requeued.get(index, 0) + 1
+                # fence kept this one from starting. It goes out again.
                 back.insert(0, index)
         elif worker.kill_for is None and not retired:
             self.fruitless_deaths += 1

@@ -134,13 +134,15 @@ def task_frame(
 
 
 #: Result frame, one per item: MAGIC, payload length, output length, output bytes dropped, index,
-#: leaked, wall, cpu of the item, cpu of the worker so far, monotonic end time, peak RSS in KiB;
-#: then the output bytes and the pickled ``(status, value, error, exception)``.
-RESULT = struct.Struct("!4sIIQQIddddQ")
+#: leaked, wall, cpu of the item, cpu of the worker so far, monotonic end time, peak RSS in KiB,
+#: whether the worker retires after this answer (its state could not be put back: the items
+#: queued behind will not start); then the output bytes and the pickled
+#: ``(status, value, error, exception)``.
+RESULT = struct.Struct("!4sIIQQIddddQ?")
 #: The index result_frames gives bytes that are not a result frame: no item has it, so the
 #: caller takes them for an answer the worker should not have sent, and replaces the worker.
 NO_ITEM = (1 << 64) - 1
-_SCRIBBLED_FIELDS = (0, 0, 0, NO_ITEM, 0, 0.0, 0.0, 0.0, 0.0, 0)
+_SCRIBBLED_FIELDS = (0, 0, 0, NO_ITEM, 0, 0.0, 0.0, 0.0, 0.0, 0, False)
 
 
 def result_frame(

@@ -334,6 +334,9 @@ class _Serve:  # pragma: no cover - worker only
         self.items += 1
         if wall > 0.001 or not self.items % 64:
             self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        # What this item changed that would charge the next one: put back, or retire. Before
+        # the answer, which says so: the caller then knows the items queued behind never start.
+        leaving = not self.state.clean(wall)
         payload = pickle_frame(frame)
         result = result_frame(
             payload,
@@ -346,6 +349,7 @@ class _Serve:  # pragma: no cover - worker only
             cpu_total,
             time.monotonic(),
             self.max_rss,
+            leaving,
         )
         write_all(self.result_w, result)
         # Exactly once near the deadline: the caller writes the fence *before* it reads the
@@ -353,10 +357,7 @@ class _Serve:  # pragma: no cover - worker only
         # the answer (and kills nothing), or the fence is visible here now: then the items
         # queued behind this one must not start, as the kill is on its way. Retiring leaves
         # them unstarted, and the caller hands them out again.
-        if FENCE.unpack_from(self.fence)[0] == index + 1:
-            os._exit(RETIRED)
-        # What this item changed that would charge the next one: put back, or retire.
-        if not self.state.clean(wall):
+        if leaving or FENCE.unpack_from(self.fence)[0] == index + 1:
             os._exit(RETIRED)
 
     def _leaked(self) -> int:

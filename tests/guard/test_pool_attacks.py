@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from pytest_rewardhang.guard import Pool, Status
+from pytest_rewardhang.guard._wire import RETIRED
 from tests.conftest import assert_dead, pipes, state
 from tests.guard.test_pool import Launch, orphan_grandchildren
 
@@ -126,6 +127,25 @@ def near_deadline(log: str, i: int, seconds: float) -> int:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
+    return i
+
+
+def leaves_a_thread(log: str, i: int) -> int:
+    """Log each start, then return leaving a thread running: its worker retires after it."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, f"{i}\n".encode())
+    os.close(fd)
+    threading.Thread(target=time.sleep, args=(0.05,), daemon=True).start()
+    return i
+
+
+def exits_with(log: str, i: int, code: int | None) -> int:
+    """Log each start, then exit with ``code`` without answering (or return, for None)."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, f"{i}\n".encode())
+    os.close(fd)
+    if code is not None:
+        os._exit(code)
     return i
 
 
@@ -251,6 +271,32 @@ def test_items_at_the_deadline_start_exactly_once(tmp_path: Path, launch: Launch
         assert out.status in (Status.OK, Status.TIMEOUT), out.describe()
         if out.ok:
             assert out.value == i
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_items_behind_a_retiring_worker_start_exactly_once(tmp_path: Path) -> None:
+    # Every item leaves a thread, so every worker retires after its first answer, and each
+    # item queued behind that one is handed out again. None may be reported crashed for it
+    # (an item bumped twice was, exit 86: 25 of 200), and none may start twice.
+    log = tmp_path / "starts"
+    n = 120
+    with Pool(leaves_a_thread, workers=2, budget=5.0) as pool:
+        outs = pool.map([(str(log), i) for i in range(n)])
+    assert [o.value for o in outs] == list(range(n)), [o.describe() for o in outs if not o.ok]
+    starts = [int(line) for line in log.read_text().split()]
+    assert sorted(starts) == list(range(n)), "an item was lost or started twice"
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_an_item_exiting_with_the_retirement_code_runs_once(tmp_path: Path) -> None:
+    # 86 is what a worker exits with when it retires between items; an item that exits with
+    # it on its own, queued behind another, was taken for unstarted and run a second time.
+    log = tmp_path / "starts"
+    with Pool(exits_with, workers=1, budget=5.0) as pool:
+        outs = pool.map([(str(log), 0, None), (str(log), 1, RETIRED), (str(log), 2, None)])
+    assert [o.status for o in outs] == [Status.OK, Status.CRASHED, Status.OK]
+    assert outs[1].exit_code == RETIRED, outs[1].describe()
+    assert sorted(int(line) for line in log.read_text().split()) == [0, 1, 2]
 
 
 # --- what cannot travel -----------------------------------------------------------------------
