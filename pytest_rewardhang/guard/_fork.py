@@ -68,6 +68,9 @@ _POLL_MAX_MS = 1 << 30
 _NO_PIDFD_TICK_MS = 5
 #: Reads of one pipe per wakeup, so a flood of output cannot keep the caller past the deadline.
 _READS_PER_WAKEUP = 4
+#: How long past the deadline a killed call's processes may take to finish exiting before run()
+#: returns without them: within the 0.1 s it promises.
+_SETTLED_S = 0.09
 
 
 def _keep(box: list[Any], fn: Callable[..., Any], *args: Any) -> None:
@@ -262,7 +265,12 @@ class _Call:
                 if exited:
                     reaped = (0, *_proctree.reap_within(pid, self._pidfd(), _proctree.REAP_WAIT_S))
                 else:
-                    reaped = _proctree.kill_and_reap(pid, self._pidfd())
+                    # What it takes the kernel to tear the child and its descendants down is
+                    # awaited up to _SETTLED_S past the deadline, so none is left exiting.
+                    settle = deadline + _SETTLED_S - time.perf_counter()
+                    reaped = _proctree.kill_and_reap(
+                        pid, self._pidfd(), max(settle, _proctree.REAP_WAIT_S)
+                    )
                 self.reaped.append(reaped)
             finally:
                 self._unblock()

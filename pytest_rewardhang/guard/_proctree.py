@@ -294,16 +294,21 @@ def _state(pid: int) -> tuple[bool, bool]:
     return True, len(ids) > _where()[1] + 1 and ids[-1] == 1
 
 
-def kill_descendants(root: int, spare: Collection[int] = ()) -> int:
+def kill_descendants(
+    root: int, spare: Collection[int] = (), killed: list[int] | None = None
+) -> int:
     """SIGKILL every living descendant of ``root`` but ``spare``; returns how many there were.
+
+    Their pids, as ``/proc`` names them, are added to ``killed`` if given (see
+    :func:`await_gone`).
 
     Pids as our namespace names them. A spared process is walked through, not killed; the init
     of a PID namespace below ours is killed but not counted (a guard's own).
 
     ``root`` must not fork meanwhile: it is stopped, or it is the caller itself. It does not
-    wait for them to finish exiting: a process with SIGKILL pending never runs another
-    instruction of its own, and tearing down a hundred forks of a large process takes the
-    kernel longer than a caller should wait. Each victim goes to nice 19 first, so that
+    wait for them to finish exiting (:func:`kill_and_reap` does, bounded): a process with
+    SIGKILL pending never runs another instruction of its own, and tearing down a hundred forks
+    of a large process can take the kernel longer than a caller should wait. Each victim goes to nice 19 first, so that
     teardown does not starve the exit of ``root`` that the caller does wait for: a fork storm
     of a 400 MB caller made it 0.4 s late on 2 idle cores (0.8-1.0 s with both busy); at nice
     19, 0.03 s (0.06-0.14 s). Not SCHED_IDLE: no quicker, and a victim holding a lock of the
@@ -321,9 +326,39 @@ def kill_descendants(root: int, spare: Collection[int] = ()) -> int:
                     counted += not init
         if not found:
             return counted
+        if killed is not None:
+            killed += found
         for pid in found:
             signalled.add(pid)
             _kill(pid)
+
+
+def _gone(pid: int) -> bool:
+    """Finished exiting: a zombie, or reaped (a pid recycled within ms is not worth a pidfd)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rindex(b")") + 2 :][:1] in (b"Z", b"X")
+
+
+def await_gone(pids: Collection[int], until: float) -> int:
+    """Wait until the killed ``pids`` have finished exiting, or ``until`` (monotonic) passes.
+
+    A process with SIGKILL pending runs no code of its own, but it still holds its memory and
+    its pid until the kernel has torn it down, which for fifty forks of a large process on a
+    busy machine takes tens of milliseconds. Returns how many were still exiting at ``until``.
+    """
+    left = list(pids)
+    pause = 0.0002
+    while True:
+        left = [pid for pid in left if not _gone(pid)]
+        wait = until - time.monotonic()
+        if not left or wait <= 0:
+            return len(left)
+        time.sleep(min(pause, wait))
+        pause = min(pause * 2, 0.002)
 
 
 def _kill(pid: int) -> None:
@@ -383,9 +418,10 @@ def _walk(root: int) -> Iterator[int]:
 
 #: How long a kill waits for its SIGSTOP to take effect before it kills anyway.
 STOP_WAIT_S = 0.02
-#: How long :func:`kill_and_reap` waits for the killed child to finish exiting; past it the
-#: child is left for :func:`reap_later`'s sweep (a process in uninterruptible sleep may never
-#: exit; a 3 GiB one takes the kernel tens of milliseconds to tear down).
+#: How long :func:`kill_and_reap` waits by default, in all, for the killed child (and what it
+#: killed below it) to finish exiting; past it the child is left for :func:`sweep_unreaped`
+#: (a process in uninterruptible sleep may never exit; a 3 GiB one takes the kernel tens of
+#: milliseconds to tear down).
 REAP_WAIT_S = 0.05
 
 
@@ -425,13 +461,13 @@ def _await_stop(pid: int, pidfd: int | None, timeout: float) -> bool:
     return True
 
 
-def kill_tree(pid: int, pidfd: int | None) -> int:
+def kill_tree(pid: int, pidfd: int | None, killed: list[int] | None = None) -> int:
     """Stop the child ``pid``, kill its descendants and its group, then the child itself.
 
     ``pid`` must be a child of the calling process; ``pidfd`` is its pidfd, or None where there
     is none (then it is signalled by pid, which cannot be recycled before it is reaped).
-    Returns how many descendants there were; 0 if the child was already gone. Never waits for
-    more than :data:`STOP_WAIT_S`.
+    Returns how many descendants there were (their pids go to ``killed`` if given); 0 if the
+    child was already gone. Never waits for more than :data:`STOP_WAIT_S`.
 
     Why the SIGSTOP: the descendants are found by walking ``/proc`` from the child, and the
     walk is complete only if the child cannot add a process to its subtree meanwhile, and
@@ -454,12 +490,12 @@ def kill_tree(pid: int, pidfd: int | None) -> int:
     if not _send(pid, pidfd, signal.SIGSTOP):
         return 0
     stopped = _await_stop(pid, pidfd, STOP_WAIT_S)
-    leaked = kill_descendants(pid)
+    leaked = kill_descendants(pid, killed=killed)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     _send(pid, pidfd, signal.SIGKILL)
     if not stopped:
-        leaked += kill_descendants(pid)
+        leaked += kill_descendants(pid, killed=killed)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
     return leaked
@@ -524,11 +560,17 @@ def kill_and_reap(
 ) -> tuple[int, int, resource.struct_rusage | None]:
     """:func:`kill_tree`, then :func:`reap_within`: descendants it had, wait status, usage.
 
-    Bounded: never waits longer than :data:`STOP_WAIT_S` plus ``timeout``.
+    The descendants it killed are awaited too (:func:`await_gone`), so that none is left
+    exiting when the caller goes on. Bounded: waits ``timeout`` in all, at most (the kill's
+    wait for the stop is part of it; the walk through ``/proc`` is not a wait).
     """
+    until = time.monotonic() + timeout
     sweep_unreaped()
-    leaked = kill_tree(pid, pidfd)
-    return (leaked, *reap_within(pid, pidfd, timeout))
+    killed: list[int] = []
+    leaked = kill_tree(pid, pidfd, killed)
+    reaped = reap_within(pid, pidfd, max(0.0, until - time.monotonic()))
+    await_gone(killed, until)
+    return (leaked, *reaped)
 
 
 def reap_children(spare: Collection[int] = ()) -> int:

@@ -149,6 +149,18 @@ def exits_with(log: str, i: int, code: int | None) -> int:
     return i
 
 
+def hang_holding_memory(pidfile: str, mib: int) -> None:
+    """Log this worker's pid and a child's, both holding ``mib`` MiB; hang."""
+    pid = os.fork()
+    held = bytearray(mib << 20)
+    held[::4096] = b"x" * len(held[::4096])
+    if pid:
+        with open(pidfile, "a") as f:
+            f.write(f"{os.getpid()} {pid}\n")
+    while True:
+        pass
+
+
 def orphan_then_crash(pidfile: str) -> None:
     """Leave a setsid()'d grandchild running, then crash on our own."""
     orphan_grandchildren(1, pidfile)
@@ -297,6 +309,27 @@ def test_an_item_exiting_with_the_retirement_code_runs_once(tmp_path: Path) -> N
     assert [o.status for o in outs] == [Status.OK, Status.CRASHED, Status.OK]
     assert outs[1].exit_code == RETIRED, outs[1].describe()
     assert sorted(int(line) for line in log.read_text().split()) == [0, 1, 2]
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_what_close_killed_has_finished_exiting_when_it_returns(tmp_path: Path) -> None:
+    # Workers and their children with SIGKILL pending were still exiting after close():
+    # it now waits for them, up to a second, which only a starved machine should use up.
+    pidfile = tmp_path / "pids"
+    pool = Pool(hang_holding_memory, workers=2, budget=60.0)
+    futures = [pool.submit(str(pidfile), 64) for _ in range(2)]
+    deadline = time.monotonic() + 30
+    while len(pidfile.read_text().split() if pidfile.exists() else []) < 4:
+        assert time.monotonic() < deadline, "the items never started"
+        time.sleep(0.01)
+    start = time.monotonic()
+    pool.close()
+    took = time.monotonic() - start
+    exiting = [
+        pid for pid in map(int, pidfile.read_text().split()) if state(pid) not in (None, "Z")
+    ]
+    assert not exiting or took >= 0.95, (exiting, took)
+    assert all(f.result(timeout=5).status is Status.ERROR for f in futures)
 
 
 # --- what cannot travel -----------------------------------------------------------------------

@@ -26,7 +26,7 @@ import pytest
 import pytest_rewardhang
 from pytest_rewardhang.guard import CallFailed, Pool, Status, guarded, run
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL, decode
-from tests.conftest import children, pipes
+from tests.conftest import children, pipes, state
 
 #: Where the package under test is imported from, for the subprocesses.
 ROOT = str(Path(pytest_rewardhang.__file__).resolve().parents[1])
@@ -163,6 +163,42 @@ print(json.dumps({{"status": out.status, "elapsed": elapsed, "left": descendants
     assert result["elapsed"] < 0.5 + GENEROUS
     assert result["left"] == []
     assert result["fds"]
+
+
+def forks_that_hold_memory(pidfile: str, forks: int, mib: int) -> None:
+    """Fork ``forks`` children that each touch ``mib`` MiB and spin; log their pids; hang."""
+    for _ in range(forks):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                held = bytearray(mib << 20)
+                held[::4096] = b"x" * len(held[::4096])
+                while True:
+                    pass
+            finally:
+                os._exit(0)
+        with open(pidfile, "a") as f:
+            f.write(f"{pid}\n")
+    while True:
+        pass
+
+
+def test_what_a_kill_killed_has_finished_exiting_when_run_returns(tmp_path: Path) -> None:
+    # A process with SIGKILL pending runs no code, but holds its memory and pid until the
+    # kernel has torn it down: run() returned while such descendants were still exiting.
+    # Now it waits for them, up to 0.09 s past the deadline: a busy machine may starve their
+    # teardown (they are demoted to nice 19), and then run() must have waited that long.
+    pidfile = tmp_path / "pids"
+    start = time.monotonic()
+    out = run(forks_that_hold_memory, (str(pidfile), 4, 64), budget=1.5)
+    elapsed = time.monotonic() - start
+    exiting = [
+        pid for pid in map(int, pidfile.read_text().split()) if state(pid) not in (None, "Z")
+    ]
+    assert out.status is Status.TIMEOUT, out.describe()
+    assert out.leaked == 4
+    assert not exiting or elapsed >= 1.5 + 0.085, (exiting, elapsed)
+    assert elapsed < 1.5 + GENEROUS
 
 
 def scribble(length_only: bool, spare: frozenset[str]) -> int:
