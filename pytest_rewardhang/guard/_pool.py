@@ -120,6 +120,7 @@ class _Worker:
         "dumped",
         "fds",
         "fenced",
+        "gone_at",
         "inbuf",
         "kill_for",
         "kill_time",
@@ -161,6 +162,8 @@ class _Worker:
         self.kill_time = 0.0
         #: The zygote said it killed this worker (it has not necessarily reaped it yet).
         self.acked = False
+        #: When its pidfd said it had ended, the zygote not having said so yet.
+        self.gone_at: float | None = None
         #: When the zygote was asked for this worker.
         self.requested = time.monotonic()
         #: Why this worker's current item ended, when not by its own doing or a timeout.
@@ -745,13 +748,13 @@ class _Engine:
             if not worker.ready:
                 earliest = min(earliest, worker.requested + _FORK_S)
                 continue
+            owed = self._owed_since(worker)
+            if owed is not None:  # the next look: every _ACK_S, until _BUSY_ACK_S
+                looks = math.floor((time.monotonic() - owed) / _ACK_S) + 1
+                earliest = min(earliest, owed + min(looks * _ACK_S, _BUSY_ACK_S))
+                continue
             if worker.kill_for is not None:
-                if worker.acked:
-                    limit = _REAPED_S
-                else:  # the next look: every _ACK_S, until _BUSY_ACK_S
-                    looks = math.floor((time.monotonic() - worker.kill_time) / _ACK_S) + 1
-                    limit = min(looks * _ACK_S, _BUSY_ACK_S)
-                earliest = min(earliest, worker.kill_time + limit)
+                earliest = min(earliest, worker.kill_time + _REAPED_S)
                 continue
             current = worker.current()
             if current is None:
@@ -866,23 +869,33 @@ class _Engine:
         A worker killed and reported killed but not reaped in time is accounted for anyway.
         """
         for worker in list(self.workers.values()):
+            owed = self._owed_since(worker)
             if not worker.ready:
                 late = now >= worker.requested + _FORK_S
-            elif worker.kill_for is None:
-                continue
-            elif worker.acked:
+            elif owed is not None:
+                waited = now - owed
+                late = waited >= _BUSY_ACK_S or (
+                    waited >= _ACK_S and self.zygote is not None and self._zygote_stopped()
+                )
+            elif worker.kill_for is not None:  # acknowledged
                 if now >= worker.kill_time + _REAPED_S:
                     self._on_death(worker, -1, math.nan, 0.0, 0)
                 continue
             else:
-                waited = now - worker.kill_time
-                late = waited >= _BUSY_ACK_S or (
-                    waited >= _ACK_S and self.zygote is not None and self._zygote_stopped()
-                )
+                continue
             if late:
                 self._replace_zygote("stopped answering")
                 return True
         return False
+
+    @staticmethod
+    def _owed_since(worker: _Worker) -> float | None:
+        """Since when the zygote owes word of ``worker``: of its kill, or of its end."""
+        if worker.kill_for is not None:
+            return None if worker.acked else worker.kill_time
+        # An item may stop the zygote and then end its worker: without this, the item waited
+        # for its deadline and was reported a timeout.
+        return worker.gone_at
 
     def _zygote_stopped(self) -> bool:
         assert self.zygote is not None
@@ -927,6 +940,10 @@ class _Engine:
             elif kind == "task":
                 assert worker is not None
                 self._write(worker)
+            elif kind == "worker":
+                assert worker is not None
+                self._unregister(fd)
+                worker.gone_at = time.monotonic()
             elif kind == "zygote" and self.zygote is not None:
                 self._zygote_messages()
             elif kind == "wake":
@@ -952,6 +969,9 @@ class _Engine:
                         os.close(fd)
                     continue
                 worker.pid, worker.pidfd, worker.ready = pid, fds[0], True
+                # Its end is the zygote's to report; watched here too, for a zygote that an
+                # item stopped before it ended: see _owed_since.
+                self._register(worker.pidfd, "worker", worker, select.POLLIN)
             elif message[:1] == MSG_KILLED:
                 (wid,) = WID.unpack_from(message, 1)
                 if wid in self.workers:

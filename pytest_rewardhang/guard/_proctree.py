@@ -308,11 +308,12 @@ def kill_descendants(
     ``root`` must not fork meanwhile: it is stopped, or it is the caller itself. It does not
     wait for them to finish exiting (:func:`kill_and_reap` does, bounded): a process with
     SIGKILL pending never runs another instruction of its own, and tearing down a hundred forks
-    of a large process can take the kernel longer than a caller should wait. Each victim goes to nice 19 first, so that
-    teardown does not starve the exit of ``root`` that the caller does wait for: a fork storm
-    of a 400 MB caller made it 0.4 s late on 2 idle cores (0.8-1.0 s with both busy); at nice
-    19, 0.03 s (0.06-0.14 s). Not SCHED_IDLE: no quicker, and a victim holding a lock of the
-    address space it shares with ``root`` could wait long for CPU on a busy machine.
+    of a large process can take the kernel longer than a caller should wait. Each victim goes
+    to nice 19 first, so that teardown does not starve the exit of ``root`` that the caller
+    waits for first: a fork storm of a 400 MB caller made it 0.4 s late on 2 idle cores
+    (0.8-1.0 s with both busy); at nice 19, 0.03 s (0.06-0.14 s). Not SCHED_IDLE: no quicker,
+    and a victim holding a lock of the address space it shares with ``root`` could wait long
+    for CPU on a busy machine.
     """
     signalled = {_to_proc(pid) for pid in spare}
     counted = 0

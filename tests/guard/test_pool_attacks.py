@@ -48,6 +48,9 @@ def attack(kind: str, arg: str = "") -> Any:
         os.kill(os.getppid(), signal.SIGSTOP)
         while True:
             pass
+    if kind == "stop-parent-and-exit":
+        os.kill(os.getppid(), signal.SIGSTOP)
+        os._exit(3)
     if kind == "kill-parent":
         os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(3600)
@@ -183,9 +186,12 @@ class Unpicklable:
 # --- control comes back -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["stop-parent-and-hang", "kill-parent"])
+@pytest.mark.parametrize("kind", ["stop-parent-and-hang", "stop-parent-and-exit", "kill-parent"])
 @pytest.mark.usefixtures("no_leaks")
 def test_an_item_that_stops_or_kills_the_zygote(kind: str, launch: Launch) -> None:
+    # stop-parent-and-exit: the stopped zygote cannot report its worker's end, so the item
+    # waited for its deadline and was reported a timeout. Now the caller sees the end (the
+    # worker's pidfd), and replaces the zygote that does not report it.
     with launch.pool(attack, workers=1, budget=BUDGET) as pool:
         zygote = pool._engine.zygote
         assert zygote is not None
