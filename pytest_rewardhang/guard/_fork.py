@@ -16,7 +16,6 @@ with the asynchronous signals blocked in the calling thread, and the release run
 from __future__ import annotations
 
 import contextlib
-import importlib
 import itertools
 import math
 import os
@@ -32,6 +31,7 @@ from typing import Any
 
 from . import _contain, _proctree
 from ._child import run_child
+from ._interrupts import MASKED, sigmask
 from ._outcome import Outcome, Status
 from ._wire import (
     CHUNK,
@@ -46,22 +46,8 @@ from ._wire import (
     output_text,
 )
 
-#: Signals blocked while a call's resources are created or released, so that a Python-level
-#: handler (SIGINT's KeyboardInterrupt) runs before or after, never between. Not the signals
-#: a fault raises synchronously, which must never be blocked.
-_SYNCHRONOUS = {"SIGKILL", "SIGSTOP", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS"}
-_MASKED = frozenset(
-    sig
-    for sig in signal.valid_signals()
-    if not (isinstance(sig, signal.Signals) and sig.name in _SYNCHRONOUS)
-)
-#: ``signal.pthread_sigmask`` turns the mask it returns into a set of enum members: with every
-#: signal blocked that is 60 enum look-ups a call, a fifth of ``run``'s own cost per call. The
-#: C function under it returns plain ints.
-_sigmask: Callable[[int, Iterable[int]], set[int]] | None = getattr(
-    importlib.import_module("_signal"), "pthread_sigmask", None
-)
-_block: Callable[[int, Iterable[int]], set[int]] = _sigmask or (lambda how, mask: set())
+#: Blocked while a call's resources are created or released (see ._interrupts).
+_block: Callable[[int, Iterable[int]], set[int]] = sigmask or (lambda how, mask: set())
 #: poll() takes milliseconds as a C int: any finite budget works, waiting in slices.
 _POLL_MAX_MS = 1 << 30
 #: Without a pidfd the child's exit is noticed by polling this often.
@@ -140,7 +126,7 @@ def run_forked(
         # not at the entry of finish(), which the inner ``finally`` then still runs.
         try:
             if call.mask:
-                _block(signal.SIG_BLOCK, _MASKED)
+                _block(signal.SIG_BLOCK, MASKED)
         finally:
             call.finish()
 
@@ -185,8 +171,8 @@ class _Call:
         memory_mb: float | None,
     ) -> None:
         try:
-            if _sigmask is not None:
-                _keep(self.mask, _sigmask, signal.SIG_BLOCK, _MASKED)
+            if sigmask is not None:
+                _keep(self.mask, sigmask, signal.SIG_BLOCK, MASKED)
             for _ in range(3):
                 _keep(self.pipes, os.pipe2, os.O_CLOEXEC)
             self.namespace = _contain.start()
@@ -222,7 +208,7 @@ class _Call:
         """Kill what still runs, reap it (bounded), close every descriptor. Idempotent."""
         try:
             if self.mask:
-                _block(signal.SIG_BLOCK, _MASKED)
+                _block(signal.SIG_BLOCK, MASKED)
         finally:
             try:
                 self._release()
@@ -259,7 +245,7 @@ class _Call:
         timed_out = not exited and not frame_complete(self.result)
         try:
             if self.mask:
-                _block(signal.SIG_BLOCK, _MASKED)
+                _block(signal.SIG_BLOCK, MASKED)
         finally:
             try:
                 if exited:

@@ -18,7 +18,6 @@ import select
 import signal
 import socket
 import sys
-import threading
 import types
 import warnings
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _proctree
+from ._interrupts import hold, let_in, release
 from ._spec import SpecError, is_file_target, split_spec
 from ._wire import (
     FENCE,
@@ -199,51 +199,52 @@ class Zygote:
         """Spawn a zygote and wait until it has imported ``target``.
 
         Raises :class:`SpecError` with the zygote's reason when it cannot import it, and
-        :class:`PoolError` when it does not answer; either way the zygote is gone.
+        :class:`PoolError` when it does not answer; either way the zygote is gone. An interrupt
+        lands only while it waits (see ._interrupts), with the zygote recorded.
         """
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Where the top package can be imported from, and the zygote's module, derived rather
         # than spelled: neither depends on where this file sits in the package.
         top = sys.modules[__name__.partition(".")[0]]
         root = str(Path(top.__file__ or "").resolve().parent.parent)
         code = _ZYGOTE_CODE.format(root=root, module=zygote_main.__module__)
         argv = [sys.executable, "-c", code]
+        held = hold()
         try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
-                held = _hold_signals()
-                pid = os.posix_spawn(
-                    sys.executable,
-                    argv,
-                    os.environ,
-                    file_actions=[
-                        (os.POSIX_SPAWN_DUP2, theirs.fileno(), SOCKET_FD),
-                        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    ],
-                    setsid=True,
-                    setsigmask=(),
-                    setsigdef=_SIGNALS_TO_RESET,
-                )
-            finally:
-                theirs.close()
-        except BaseException:
-            _release_signals(held)
-            ours.close()
-            raise
-        zygote = cls(ours, pid)
-        try:
+                try:
+                    pid = os.posix_spawn(
+                        sys.executable,
+                        argv,
+                        os.environ,
+                        file_actions=[
+                            (os.POSIX_SPAWN_DUP2, theirs.fileno(), SOCKET_FD),
+                            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                        ],
+                        setsid=True,
+                        setsigmask=(),
+                        setsigdef=_SIGNALS_TO_RESET,
+                    )
+                finally:
+                    theirs.close()
+            except BaseException:
+                ours.close()
+                raise
+            zygote = cls(ours, pid)
             try:
                 zygote.pidfd = os.pidfd_open(pid)
-            finally:
-                _release_signals(held)
-            ours.settimeout(START_TIMEOUT_S)
-            for message in config_message(list(sys.path), target, memory_mb):
-                ours.send(message)
-            zygote._ready()
-        except BaseException:
-            zygote.stop()
-            zygote.close()
-            raise
-        return zygote
+                ours.settimeout(START_TIMEOUT_S)
+                with let_in():
+                    for message in config_message(list(sys.path), target, memory_mb):
+                        ours.send(message)
+                zygote._ready()
+            except BaseException:
+                zygote.stop()
+                zygote.close()
+                raise
+            return zygote
+        finally:
+            release(held)
 
     @classmethod
     def fork(cls, fn: Callable[..., Any], memory_mb: float | None, inherited: list[int]) -> Zygote:
@@ -251,43 +252,44 @@ class Zygote:
 
         ``inherited`` are the caller's descriptors the zygote closes first (the pool's own).
         """
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         parent = os.getpid()
-        held = _hold_signals()
+        held = hold()
         try:
-            pid = os.fork()
-        except BaseException:
-            _release_signals(held)
-            ours.close()
-            theirs.close()
-            raise
-        if pid == 0:  # pragma: no cover - the zygote
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
-                for fd in [*inherited, ours.fileno()]:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-                serve_forked(theirs, fn, memory_mb, parent)
-            finally:
-                os._exit(70)
-        zygote = cls(ours, pid, forked=True)
-        try:
+                pid = os.fork()
+            except BaseException:
+                ours.close()
+                theirs.close()
+                raise
+            if pid == 0:  # pragma: no cover - the zygote
+                try:
+                    for fd in [*inherited, ours.fileno()]:
+                        with contextlib.suppress(OSError):
+                            os.close(fd)
+                    serve_forked(theirs, fn, memory_mb, parent)
+                finally:
+                    os._exit(70)
+            zygote = cls(ours, pid, forked=True)
             try:
                 theirs.close()
                 zygote.pidfd = os.pidfd_open(pid)
-            finally:
-                _release_signals(held)
-            zygote._ready()
-        except BaseException:
-            zygote.stop()
-            zygote.close()
-            raise
-        return zygote
+                zygote._ready()
+            except BaseException:
+                zygote.stop()
+                zygote.close()
+                raise
+            return zygote
+        finally:
+            release(held)
 
     def _ready(self) -> None:
         """Wait for the zygote's first answer: ready, or the error that stops the pool."""
         poller = select.poll()
         poller.register(self.sock.fileno(), select.POLLIN)
-        if not poller.poll(START_TIMEOUT_S * 1000):
+        with let_in():
+            ready = poller.poll(START_TIMEOUT_S * 1000)
+        if not ready:
             raise PoolError(f"the pool's zygote did not start within {START_TIMEOUT_S:g} s")
         reply = self.sock.recv(REPLY_LIMIT)
         if not reply:
@@ -339,19 +341,3 @@ class Zygote:
         if self.pidfd >= 0:
             os.close(self.pidfd)
             self.pidfd = -1
-
-
-#: Held back while a zygote is started and until the caller holds its pidfd: an interrupt
-#: there would lose the pid, and leave a zombie.
-_HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM}
-
-
-def _hold_signals() -> set[int | signal.Signals] | None:
-    if threading.current_thread() is not threading.main_thread():
-        return None  # Python runs handlers in the main thread only
-    return signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
-
-
-def _release_signals(held: set[int | signal.Signals] | None) -> None:
-    if held is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 from . import _proctree
 from ._contain import containment
+from ._interrupts import hold, let_in, release
 from ._launch import (
     START_TIMEOUT_S,
     PoolError,
@@ -106,8 +107,6 @@ _FORK = Mechanism.FORK
 _PENDING_PER_WORKER = 256
 #: The status of an item the pool could not finish, because it was closed or failed.
 _CLOSED = "the pool was closed before this item finished"
-#: Signals held back while close() runs.
-_DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM}
 
 
 class _Worker:
@@ -410,7 +409,9 @@ class _Engine:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise PoolError(f"workers did not start within {START_TIMEOUT_S:g} s")
-            self._handle(self.poller.poll(min(math.ceil(left * 1000), _MAX_POLL_MS)))
+            with let_in():
+                events = self.poller.poll(min(math.ceil(left * 1000), _MAX_POLL_MS))
+            self._handle(events)
             self._check_zygote(time.monotonic())
             self._respawn()
 
@@ -536,7 +537,18 @@ class _Engine:
     # --- the loop ----------------------------------------------------------------------------
 
     def _drive(self, batch: _Batch | None) -> None:
-        """The one loop: until ``batch`` is done, or (the driver thread's) until closed."""
+        """The one loop: until ``batch`` is done, or (the driver thread's) until closed.
+
+        An interrupt lands only while it waits, when everything it made is recorded: see
+        ._interrupts.
+        """
+        held = hold()
+        try:
+            self._turns(batch)
+        finally:
+            release(held)
+
+    def _turns(self, batch: _Batch | None) -> None:
         while True:
             if self.inbox:
                 self._take_inbox()
@@ -554,7 +566,8 @@ class _Engine:
                 # instead of waking for each one. Bounded by the next deadline, so no
                 # deadline is passed late.
                 timeout = self._poll_timeout()
-                time.sleep(min(gather, _FOREVER_S if timeout is None else timeout / 1000))
+                with let_in():
+                    time.sleep(min(gather, _FOREVER_S if timeout is None else timeout / 1000))
             timeout = self._poll_timeout()
             if (
                 timeout is None
@@ -567,7 +580,8 @@ class _Engine:
             self.idle = True
             if self.inbox or self.closing:
                 timeout = 0
-            events = self.poller.poll(timeout)
+            with let_in():
+                events = self.poller.poll(timeout)
             self.idle = False
             self._handle(events)
             self._check_deadlines()
@@ -932,8 +946,14 @@ class _Engine:
     # --- events ------------------------------------------------------------------------------
 
     def _handle(self, events: list[tuple[int, int]]) -> None:
-        for fd, _ in events:
-            kind, worker = self.by_fd.get(fd, ("gone", None))
+        # As registered when poll() returned: handling one event may close a descriptor and
+        # reuse its number (a zygote message reaps a worker, the next one brings a new worker's
+        # pidfd), and a later event of the same poll() is the old descriptor's, not the new one's.
+        registered = [(fd, self.by_fd.get(fd)) for fd, _ in events]
+        for fd, entry in registered:
+            if entry is None or self.by_fd.get(fd) is not entry:
+                continue
+            kind, worker = entry
             if kind == "result":
                 assert worker is not None
                 self._read_results(worker)
@@ -1158,9 +1178,7 @@ class _Engine:
         bounded (the caller kills the zygote's tree itself, waits at most ~1 s for it to exit)
         and cannot be left half done.
         """
-        blocked = threading.current_thread() is threading.main_thread()
-        if blocked:
-            old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+        held = hold()
         try:
             with self.lock:
                 self.closing = True
@@ -1181,8 +1199,7 @@ class _Engine:
                 for index in list(self.sinks):
                     self._finish(index, ended)
         finally:
-            if blocked:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            release(held)
 
     def _stop(self) -> None:
         if self.closed:
@@ -1250,14 +1267,20 @@ class Pool:
         self.workers = workers
         self.max_pending = max_pending
         self.submit_timeout = submit_timeout
-        engine = self._engine = _Engine(workers, float(budget), memory_mb, max_pending)
-        engine.objects = objects
+        # An interrupt lands only while the pool waits for its processes (see ._interrupts);
+        # one that comes as the signals are let in again, at the end, finds the finalizer set.
+        held = hold()
         try:
-            engine.start(fn)
-        except BaseException:
-            engine.close()
-            raise
-        self._finalizer = weakref.finalize(self, engine.close)
+            engine = self._engine = _Engine(workers, float(budget), memory_mb, max_pending)
+            engine.objects = objects
+            try:
+                engine.start(fn)
+            except BaseException:
+                engine.close()
+                raise
+            self._finalizer = weakref.finalize(self, engine.close)
+        finally:
+            release(held)
 
     def map(self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]) -> list[Outcome]:
         """One :class:`Outcome` per item, in order: tuples are positional, dicts keyword."""
