@@ -7,16 +7,16 @@ left dozens of a pool's pipes open. So that code runs with the asynchronous sign
 the calling thread (:func:`hold`), and lets them in only around its waits (:func:`let_in`),
 where everything it owns is recorded. ``pthread_sigmask`` runs the handlers of the signals that
 came meanwhile before it returns, so an interrupt raised as they are let in, or held back
-again, lands at the wait too.
+again, lands at the wait too, and leaves them held for the cleanup it unwinds through.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
+import os
 import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 #: Never blocked: the signals a fault raises synchronously, and those that cannot be.
 _SYNCHRONOUS = {"SIGKILL", "SIGSTOP", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS"}
@@ -31,8 +31,10 @@ MASKED = frozenset(
 sigmask: Callable[[int, Iterable[int]], set[int]] | None = getattr(
     importlib.import_module("_signal"), "pthread_sigmask", None
 )
-#: The main thread's masks before each :func:`hold` still in force, outermost first.
+#: The main thread's masks before each :func:`hold` still in force, outermost first. A child
+#: forked inside a hold is in none of them: it never returns through their release.
 _held: list[set[int]] = []
+os.register_at_fork(after_in_child=_held.clear)
 
 
 def hold() -> set[int] | None:
@@ -43,7 +45,14 @@ def hold() -> set[int] | None:
     """
     if sigmask is None or threading.current_thread() is not threading.main_thread():
         return None
-    previous = sigmask(signal.SIG_BLOCK, MASKED)
+    # Read first: a handler that runs (and raises) as the signals are blocked must not leave
+    # them blocked with nobody to release them.
+    previous = sigmask(signal.SIG_BLOCK, ())
+    try:
+        sigmask(signal.SIG_BLOCK, MASKED)
+    except BaseException:
+        sigmask(signal.SIG_SETMASK, previous)
+        raise
     _held.append(previous)
     return previous
 
@@ -55,14 +64,28 @@ def release(previous: set[int] | None) -> None:
         sigmask(signal.SIG_SETMASK, previous)
 
 
-@contextlib.contextmanager
-def let_in() -> Iterator[None]:
-    """Around a wait inside :func:`hold`: the signals blocked by the outermost hold come in."""
-    if not _held or sigmask is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    sigmask(signal.SIG_SETMASK, _held[0])
-    try:
-        yield
-    finally:
-        sigmask(signal.SIG_BLOCK, MASKED)
+class let_in:  # lower case: used as a function, ``with let_in():``
+    """Around a wait inside :func:`hold`: the signals blocked by the outermost hold come in.
+
+    A class, not a generator: a generator's ``finally`` that holds them back again runs when
+    the generator is collected if an interrupt lands just after it yields, before the ``with``
+    body starts, and that can be long after the hold was released: signals blocked for good.
+    """
+
+    def __init__(self) -> None:
+        self.opened = bool(_held) and threading.current_thread() is threading.main_thread()
+
+    def __enter__(self) -> None:
+        if not self.opened or sigmask is None:
+            return
+        try:
+            sigmask(signal.SIG_SETMASK, _held[0])
+        except BaseException:
+            # A signal that came while held: its handler raised here. Held again, for the
+            # cleanup the exception unwinds through.
+            sigmask(signal.SIG_BLOCK, MASKED)
+            raise
+
+    def __exit__(self, *_: object) -> None:
+        if self.opened and sigmask is not None:
+            sigmask(signal.SIG_BLOCK, MASKED)

@@ -99,6 +99,8 @@ _MAX_REPLACED = 3
 #: item) with more items queued behind it, those items are taken back for the idle one: else
 #: a second hang waits a whole budget behind the first while a worker idles.
 _STEAL_AFTER_S = 0.05
+#: ``_Worker.after_fence`` of a worker whose fenced item answered with nothing queued behind.
+_NEXT = -1
 
 _OK = Status.OK
 _FORK = Mechanism.FORK
@@ -154,7 +156,7 @@ class _Worker:
         self.inbuf = bytearray()
         self.last_end = 0.0
         self.cpu_base = 0.0
-        #: Items in flight that a dead worker had queued: at most one per worker.
+        #: Items handed out again (see _Engine.retry) in flight here: at most one per worker.
         self.retries: set[int] = set()
         self.dumped: int | None = None
         self.kill_for: int | None = None
@@ -170,8 +172,9 @@ class _Worker:
         #: Fenced after its current item (the items behind it were taken back), or retiring
         #: after its last answer: it gets no more work.
         self.draining = False
-        #: The last item the fence was written for (see FENCE); and the item queued after it
-        #: when it answered anyway: if the worker then retires, that one never started.
+        #: The last item the fence was written for (see FENCE); and the item handed to it next,
+        #: once that one answered anyway (_NEXT until there is one): if the worker then
+        #: retires, that item never started.
         self.fenced: int | None = None
         self.after_fence: int | None = None
 
@@ -318,8 +321,9 @@ class _Engine:
         #: How many of the sinks are futures: only then must a batch be checked for cancelled.
         self.futures = 0
         self.queue: deque[int] = deque()
-        #: Items a dead worker had queued behind its last one. They go out one at a time, one
-        #: per worker, so two hangs that waited behind a third never end up behind each other.
+        #: Items a worker had queued and will never start: it died, retires, or was fenced for a
+        #: steal. They go out one at a time, one per worker, so two hangs that waited behind a
+        #: third never end up behind each other.
         self.retry: deque[int] = deque()
         self.remaining = 0
         # Threads. Only the thread that holds the turn (``driving``) touches anything above;
@@ -708,6 +712,8 @@ class _Engine:
             if not batch:
                 return
             blob = pickle.dumps([self.items[i] for i in batch], protocol=pickle.HIGHEST_PROTOCOL)
+        if worker.after_fence == _NEXT:
+            worker.after_fence = batch[0]
         header = task_header(batch, len(blob))
         entries = [[i, None] for i in batch]
         worker.sent.extend(entries)
@@ -763,9 +769,11 @@ class _Engine:
                 earliest = min(earliest, worker.requested + _FORK_S)
                 continue
             owed = self._owed_since(worker)
-            if owed is not None:  # the next look: every _ACK_S, until _BUSY_ACK_S
+            if owed is not None:  # the next look: every _ACK_S (for a kill, until _BUSY_ACK_S)
                 looks = math.floor((time.monotonic() - owed) / _ACK_S) + 1
-                earliest = min(earliest, owed + min(looks * _ACK_S, _BUSY_ACK_S))
+                if worker.kill_for is not None:
+                    looks = min(looks, round(_BUSY_ACK_S / _ACK_S))
+                earliest = min(earliest, owed + looks * _ACK_S)
                 continue
             if worker.kill_for is not None:
                 earliest = min(earliest, worker.kill_time + _REAPED_S)
@@ -888,7 +896,10 @@ class _Engine:
                 late = now >= worker.requested + _FORK_S
             elif owed is not None:
                 waited = now - owed
-                late = waited >= _BUSY_ACK_S or (
+                # A worker's end is reported after its orphans are reaped, which a busy zygote
+                # may take long over: only a stopped one is replaced for that.
+                busy = worker.kill_for is not None and waited >= _BUSY_ACK_S
+                late = busy or (
                     waited >= _ACK_S and self.zygote is not None and self._zygote_stopped()
                 )
             elif worker.kill_for is not None:  # acknowledged
@@ -1040,9 +1051,9 @@ class _Engine:
         worker.retries.discard(index)
         if leaving:  # it retires now: nothing it holds will start
             self._take_back(worker, keep=0)
-        elif index == worker.fenced and worker.sent:
+        elif index == worker.fenced:
             # It may have read the fence after this answer, and retired without a word.
-            worker.after_fence = worker.sent[0][0]
+            worker.after_fence = worker.sent[0][0] if worker.sent else _NEXT
         self.replaced = 0
         worker.last_end = end
         worker.cpu_base = cpu_total

@@ -336,7 +336,10 @@ class _Serve:  # pragma: no cover - worker only
             self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         # What this item changed that would charge the next one: put back, or retire. Before
         # the answer, which says so: the caller then knows the items queued behind never start.
-        leaving = not self.state.clean(wall)
+        try:
+            leaving = not self.state.clean(wall)
+        except Exception:  # noqa: BLE001 - e.g. the item closed the saved cwd's descriptor
+            leaving = True
         payload = pickle_frame(frame)
         result = result_frame(
             payload,

@@ -427,7 +427,8 @@ while time.monotonic() < end:
     closed += pool is None or pool.closed
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 time.sleep(0.5)
-print(interrupted, closed, fds() - baseline, len(children()), flush=True)
+blocked = len(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+print(interrupted, closed, fds() - baseline, len(children()), blocked, flush=True)
 """
 
 
@@ -457,7 +458,8 @@ def test_a_sigint_storm_leaves_nothing(launch: Launch) -> None:
             caller.kill()
             caller.wait()
         caller.stdout.close()
-    assert len(out) == 4, out
-    interrupted, _, fds, kids = map(int, out)
+    assert len(out) == 5, out
+    interrupted, _, fds, kids, blocked = map(int, out)
     assert interrupted > 0, "no interrupt landed: this checked nothing"
     assert (fds, kids) == (0, 0)
+    assert blocked == 0, "the pool left signals blocked in the main thread"
