@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _proctree
-from ._interrupts import hold, let_in, release
+from ._interrupts import let_in
 from ._spec import SpecError, is_file_target, split_spec
 from ._wire import (
     FENCE,
@@ -199,8 +199,8 @@ class Zygote:
         """Spawn a zygote and wait until it has imported ``target``.
 
         Raises :class:`SpecError` with the zygote's reason when it cannot import it, and
-        :class:`PoolError` when it does not answer; either way the zygote is gone. An interrupt
-        lands only while it waits (see ._interrupts), with the zygote recorded.
+        :class:`PoolError` when it does not answer; either way the zygote is gone. Called with
+        the signals held (see ._interrupts): an interrupt lands only while it waits.
         """
         # Where the top package can be imported from, and the zygote's module, derived rather
         # than spelled: neither depends on where this file sits in the package.
@@ -208,80 +208,70 @@ class Zygote:
         root = str(Path(top.__file__ or "").resolve().parent.parent)
         code = _ZYGOTE_CODE.format(root=root, module=zygote_main.__module__)
         argv = [sys.executable, "-c", code]
-        held = hold()
+        config = list(config_message(list(sys.path), target, memory_mb))
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
-                try:
-                    pid = os.posix_spawn(
-                        sys.executable,
-                        argv,
-                        os.environ,
-                        file_actions=[
-                            (os.POSIX_SPAWN_DUP2, theirs.fileno(), SOCKET_FD),
-                            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                        ],
-                        setsid=True,
-                        setsigmask=(),
-                        setsigdef=_SIGNALS_TO_RESET,
-                    )
-                finally:
-                    theirs.close()
-            except BaseException:
-                ours.close()
-                raise
-            zygote = cls(ours, pid)
-            try:
-                zygote.pidfd = os.pidfd_open(pid)
-                ours.settimeout(START_TIMEOUT_S)
-                with let_in():
-                    for message in config_message(list(sys.path), target, memory_mb):
-                        ours.send(message)
-                zygote._ready()
-            except BaseException:
-                zygote.stop()
-                zygote.close()
-                raise
-            return zygote
-        finally:
-            release(held)
+                pid = os.posix_spawn(
+                    sys.executable,
+                    argv,
+                    os.environ,
+                    file_actions=[
+                        (os.POSIX_SPAWN_DUP2, theirs.fileno(), SOCKET_FD),
+                        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    ],
+                    setsid=True,
+                    setsigmask=(),
+                    setsigdef=_SIGNALS_TO_RESET,
+                )
+            finally:
+                theirs.close()
+        except BaseException:
+            ours.close()
+            raise
+        return cls(ours, pid)._started(config)
 
     @classmethod
     def fork(cls, fn: Callable[..., Any], memory_mb: float | None, inherited: list[int]) -> Zygote:
         """Fork a zygote from the caller, for a callable a fresh interpreter cannot import.
 
         ``inherited`` are the caller's descriptors the zygote closes first (the pool's own).
+        Called with the signals held, as :meth:`start`.
         """
         parent = os.getpid()
-        held = hold()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            pid = os.fork()
+        except BaseException:
+            ours.close()
+            theirs.close()
+            raise
+        if pid == 0:  # pragma: no cover - the zygote
             try:
-                pid = os.fork()
-            except BaseException:
-                ours.close()
-                theirs.close()
-                raise
-            if pid == 0:  # pragma: no cover - the zygote
-                try:
-                    for fd in [*inherited, ours.fileno()]:
-                        with contextlib.suppress(OSError):
-                            os.close(fd)
-                    serve_forked(theirs, fn, memory_mb, parent)
-                finally:
-                    os._exit(70)
-            zygote = cls(ours, pid, forked=True)
-            try:
-                theirs.close()
-                zygote.pidfd = os.pidfd_open(pid)
-                zygote._ready()
-            except BaseException:
-                zygote.stop()
-                zygote.close()
-                raise
-            return zygote
-        finally:
-            release(held)
+                for fd in [*inherited, ours.fileno()]:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                serve_forked(theirs, fn, memory_mb, parent)
+            finally:
+                os._exit(70)
+        theirs.close()
+        return cls(ours, pid, forked=True)._started([])
+
+    def _started(self, config: list[bytes]) -> Zygote:
+        """Hold its pidfd, send it ``config``, wait until it is ready; gone if any of it fails."""
+        try:
+            self.pidfd = os.pidfd_open(self.pid)
+            if config:
+                self.sock.settimeout(START_TIMEOUT_S)
+                with let_in():
+                    for message in config:
+                        self.sock.send(message)
+            self._ready()
+        except BaseException:
+            self.stop()
+            self.close()
+            raise
+        return self
 
     def _ready(self) -> None:
         """Wait for the zygote's first answer: ready, or the error that stops the pool."""

@@ -260,27 +260,28 @@ def _alive(pid: int) -> bool:
     return _state(pid)[0]
 
 
-def stopped(pid: int) -> bool:
-    """Stopped by a signal (or traced): it will not run until someone continues it."""
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` from the state on; None once the pid is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2 :].split()[0] in (b"T", b"t")
+        return None
+    # The state follows the parenthesised command name, which may itself hold parentheses.
+    return stat[stat.rindex(b")") + 2 :].split()
+
+
+def stopped(pid: int) -> bool:
+    """Stopped by a signal (or traced): it will not run until someone continues it."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] in (b"T", b"t")
 
 
 def _state(pid: int) -> tuple[bool, bool]:
     """:func:`_alive`, and whether it is the init of a PID namespace below ours: a guard's
     (ours, or a nested guard's), killed with the rest but not counted as left running."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False, False
-    # The state follows the parenthesised command name, which may itself hold parentheses.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    if fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING:
+    fields = _stat(pid)
+    if fields is None or fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING:
         return False, False
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
@@ -336,12 +337,8 @@ def kill_descendants(
 
 def _gone(pid: int) -> bool:
     """Finished exiting: a zombie, or reaped (a pid recycled within ms is not worth a pidfd)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return True
-    return stat[stat.rindex(b")") + 2 :][:1] in (b"Z", b"X")
+    fields = _stat(pid)
+    return fields is None or fields[0] in (b"Z", b"X")
 
 
 def await_gone(pids: Collection[int], until: float) -> int:
