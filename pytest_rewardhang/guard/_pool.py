@@ -689,6 +689,9 @@ class _Engine:
         # hang goes back to the queue at the kill, its deadline not started. Not while a worker
         # is starting, though: the first one up would take the items meant for the others.
         in_flight = max(per_batch, 2) if len(ready) == self.size else per_batch
+        # The emptiest first: a worker that runs dry gets the next item before another
+        # queues it behind the one it runs (which may be a hang).
+        ready.sort(key=_sent_count)
         for worker in ready:
             if self.queue and len(worker.sent) < in_flight:
                 take = min(per_batch, len(self.queue))
@@ -1343,6 +1346,10 @@ class Pool:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _sent_count(worker: _Worker) -> int:
+    return len(worker.sent)
 
 
 def _said(exc: BaseException) -> str:

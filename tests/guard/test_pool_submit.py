@@ -85,6 +85,14 @@ def calls(log: Path) -> Counter[str]:
     return Counter(line.split()[0] for line in log.read_text().splitlines())
 
 
+def started(log: Path, *items: str) -> None:
+    """Wait (bounded) until every one of ``items`` has started."""
+    deadline = time.monotonic() + LONG
+    while not set(items) <= set(calls(log)):
+        assert time.monotonic() < deadline, f"not all of {items} started: {calls(log)}"
+        time.sleep(0.01)
+
+
 def results(futures: list[Future[Outcome]]) -> list[Outcome]:
     return [future.result(timeout=LONG) for future in futures]
 
@@ -356,6 +364,23 @@ def test_bad_queue_options_are_one_clear_line(options: dict[str, Any], text: str
 
 
 @pytest.mark.usefixtures("no_leaks")
+def test_items_start_in_order_on_the_emptiest_worker(tmp_path: Path) -> None:
+    # Worker A runs a hang; an item queued behind it would wait for A's deadline. The next
+    # item goes to idle B, and the one after it waits behind the hang: items start in the
+    # order they came, not a later one first because the first worker up was handed two.
+    log = tmp_path / "calls"
+    with Pool(score, workers=2, budget=2.0) as pool:
+        pool.map([(str(log), f"warm{i}") for i in range(4)])  # both workers up
+        log.unlink()
+        futures = [pool.submit(str(log), "h0", "sleep")]
+        started(log, "h0")
+        futures += [pool.submit(str(log), "h1", "sleep"), pool.submit(str(log), "w0")]
+        outcomes = results(futures)
+    assert [o.status for o in outcomes] == [Status.TIMEOUT, Status.TIMEOUT, Status.OK]
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["h0", "h1", "w0"]
+
+
+@pytest.mark.usefixtures("no_leaks")
 def test_close_from_another_thread_ends_every_pending_future(tmp_path: Path) -> None:
     log = tmp_path / "calls"
     pool = Pool(score, workers=2, budget=20.0, max_pending=8)
@@ -377,7 +402,8 @@ def test_close_from_another_thread_ends_every_pending_future(tmp_path: Path) -> 
     threads = [threading.Thread(target=waits_for_room), threading.Thread(target=maps)]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)  # both sleeping items started; the rest wait behind them
+    started(log, "h0", "h1")  # the rest wait behind them: nothing frees a slot
+    time.sleep(0.5)  # both threads are blocked in the pool by now (if not, see the ends)
     closer = threading.Thread(target=pool.close)
     start = time.monotonic()
     closer.start()
