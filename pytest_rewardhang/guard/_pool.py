@@ -819,6 +819,9 @@ class _Engine:
                     signal.pidfd_send_signal(worker.pidfd, DUMP_SIGNAL)
             if now >= start + self.budget:
                 self._kill(worker, index, now)
+                # Fenced: what waits behind it never starts. It goes to the replacement now,
+                # not when the zygote reports this one's end, after the kernel tore it down.
+                self._take_back(worker, keep=1)
         if self._idle():
             self._steal(now)
 
