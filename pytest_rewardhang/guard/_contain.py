@@ -17,8 +17,9 @@ guard kills it, after each ``run()`` (:meth:`Namespace.close`, which counts what
 when a pool's zygote shuts down; with its parent thread (its death signal); and when the process
 that started the guard dies (a pidfd it polls): run's caller, a pool's caller.
 
-Where no namespace can be had, the guarded process is a child subreaper, as before: see
-:class:`Containment`.
+The namespace is opt-in (the call sees the namespace's pids). By default the guarded process
+lives in a cgroup of its own where one can be made (:mod:`._cgroup`), and is a child subreaper
+in any case: see :class:`Containment`. :func:`group` says which a new guarded process gets.
 """
 
 from __future__ import annotations
@@ -28,17 +29,21 @@ import os
 import select
 import signal
 
-from . import _proctree
+from . import _cgroup, _proctree
 from ._outcome import Containment
 
 _containment: list[Containment] = []
 
 
 def containment() -> Containment:
-    """What this process's guarded calls are contained by (probed once)."""
+    """What this process's guarded calls are contained by (probed once): a PID namespace where
+    asked for (opt-in), else a cgroup where one can be made (:mod:`._cgroup`), else the
+    subreaper."""
     if not _containment:
         if _proctree.pid_namespaces():
             _containment.append(Containment.PID_NAMESPACE)
+        elif _cgroup.home():
+            _containment.append(Containment.CGROUP)
         elif _proctree.can_subreap():
             _containment.append(Containment.SUBREAPER)
         else:
@@ -145,3 +150,17 @@ def _init(watch: list[int]) -> None:  # pragma: no cover - runs only as a namesp
         poller.poll()
     finally:
         os._exit(0)
+
+
+def prepare() -> None:
+    """Probe the containment, and where it is cgroups make this process's folder now: before
+    it adopts orphans (a subreaper), which the keeper this starts must not become."""
+    if containment() is Containment.CGROUP:
+        _cgroup.home()
+
+
+def group() -> _cgroup.Group | None:
+    """A cgroup for the next guarded process, where cgroups contain this process's calls."""
+    if containment() is not Containment.CGROUP:
+        return None
+    return _cgroup.Group.make()

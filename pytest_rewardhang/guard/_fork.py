@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
-from . import _contain, _proctree
+from . import _cgroup, _contain, _proctree
 from ._child import run_child
 from ._interrupts import MASKED, sigmask
 from ._outcome import Outcome, Status
@@ -146,7 +146,9 @@ class _Call:
         self.pidfds: list[int] = []
         self.closed: dict[str, None] = {}
         self.reaped: list[tuple[int, int, resource.struct_rusage | None]] = []
-        #: Where the platform allows, the child is forked into a PID namespace of its own.
+        #: Where the platform allows, the child joins a cgroup of its own, or (opt-in) is
+        #: forked into a PID namespace of its own.
+        self.group: _cgroup.Group | None = None
         self.namespace: _contain.Namespace | None = None
         self.parent_pid = os.getpid()
         self.start_time = 0.0
@@ -178,6 +180,7 @@ class _Call:
                 _keep(self.mask, sigmask, signal.SIG_BLOCK, MASKED)
             for _ in range(3):
                 _keep(self.pipes, os.pipe2, os.O_CLOEXEC)
+            self.group = _contain.group()
             self.namespace = _contain.start()
             self.start_time = time.perf_counter()
             try:
@@ -186,6 +189,8 @@ class _Call:
                 if self.namespace is not None and self.forked[:1] != [0]:
                     self.namespace.restore()
             if self.forked[0] == 0:  # pragma: no cover - the child; reports through the pipes
+                if self.group is not None and not _cgroup.join(self.group.procs):
+                    os._exit(70)  # reported as a crash: never a call left uncontained
                 if self.namespace is not None:
                     self.namespace.stay()
                 self._unblock()
@@ -221,7 +226,9 @@ class _Call:
     def _release(self) -> None:
         if self.forked and self.forked[0] > 0 and not self.reaped:
             # Interrupted, or an error in the caller: leave nothing running.
-            self.reaped.append(_proctree.kill_and_reap(self.forked[0], self._pidfd()))
+            self.reaped.append(self._kill_and_reap(_proctree.REAP_WAIT_S))
+        if self.group is not None:
+            self.group.close(time.monotonic() + _proctree.REAP_WAIT_S)
         if self.namespace is not None:  # after the child's reaping: the init's exit awaits it
             self.namespace.close()
         for i, (read, write) in enumerate(self.pipes):
@@ -234,6 +241,15 @@ class _Call:
 
     def _pidfd(self) -> int | None:
         return self.pidfds[0] if self.pidfds else None
+
+    def _kill_and_reap(self, timeout: float) -> tuple[int, int, resource.struct_rusage | None]:
+        """Kill the child and all below it, and reap it within ``timeout``: in one write where
+        it has a cgroup (whose emptying :meth:`_cgroup.Group.close` awaits), else by a walk."""
+        pid = self.forked[0]
+        if self.group is None:
+            return _proctree.kill_and_reap(pid, self._pidfd(), timeout)
+        leaked = self.group.kill(spare=pid)
+        return (leaked, *_proctree.reap_within(pid, self._pidfd(), timeout))
 
     def wait(self) -> Outcome:
         pid = self.forked[0]
@@ -252,17 +268,23 @@ class _Call:
         finally:
             try:
                 if exited:
-                    reaped = (0, *_proctree.reap_within(pid, self._pidfd(), _proctree.REAP_WAIT_S))
+                    settle = _proctree.REAP_WAIT_S
+                    until = time.monotonic() + settle
+                    reaped = (0, *_proctree.reap_within(pid, self._pidfd(), settle))
                 else:
                     # What it takes the kernel to tear the child and its descendants down is
                     # awaited up to _SETTLED_S past the deadline, so none is left exiting.
-                    settle = deadline + _SETTLED_S - time.perf_counter()
-                    reaped = _proctree.kill_and_reap(pid, self._pidfd(), max(settle, _MIN_REAP_S))
+                    settle = max(deadline + _SETTLED_S - time.perf_counter(), _MIN_REAP_S)
+                    until = time.monotonic() + settle
+                    reaped = self._kill_and_reap(settle)
                 self.reaped.append(reaped)
             finally:
                 self._unblock()
         leaked, wait_status, usage = self.reaped[0]
-        if self.namespace is not None:  # what escaped the child's subtree, its orphans
+        # What escaped the child's subtree: its orphans.
+        if self.group is not None:
+            leaked += self.group.close(until)
+        if self.namespace is not None:
             leaked += self.namespace.close()
         self._drain()
         return self._outcome(wall, timed_out, dumped, wait_status, usage, leaked)

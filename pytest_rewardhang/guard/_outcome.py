@@ -35,13 +35,16 @@ class Mechanism(enum.StrEnum):
 class Containment(enum.StrEnum):
     """What kept the call's descendants from outliving it.
 
-    PID_NAMESPACE: they ran in a PID namespace of their own, whose init the guard kills: the
-    kernel then kills every process in it, whatever each did to escape. SUBREAPER: the guarded
-    process adopted its orphans and killed what it found, which a call can defeat by turning
-    the subreaper off (``prctl``) and double-forking. NONE: no process was forked (the
-    in-process fallbacks), or nothing kept track.
+    CGROUP: they ran in a cgroup of their own, which the guard kills whole (``cgroup.kill``):
+    no fork, ``setsid`` or ``prctl`` gets a process out of it. PID_NAMESPACE: they ran in a PID
+    namespace of their own, whose init the guard kills: the kernel then kills every process in
+    it, whatever each did to escape. SUBREAPER: the guarded process adopted its orphans and
+    killed what it found, which a call can defeat by turning the subreaper off (``prctl``) and
+    double-forking. NONE: no process was forked (the in-process fallbacks), or nothing kept
+    track.
     """
 
+    CGROUP = "cgroup"
     PID_NAMESPACE = "pid-namespace"
     SUBREAPER = "subreaper"
     NONE = "none"

@@ -251,7 +251,7 @@ _PF_EXITING = 0x4
 _SIGKILL_MASK = 1 << (signal.SIGKILL - 1)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Still able to run code: not a zombie, not exiting, no SIGKILL pending.
 
     A nested guard's kill does not wait for its victims to finish exiting; they are not the
@@ -278,7 +278,7 @@ def stopped(pid: int) -> bool:
 
 
 def _state(pid: int) -> tuple[bool, bool]:
-    """:func:`_alive`, and whether it is the init of a PID namespace below ours: a guard's
+    """:func:`alive`, and whether it is the init of a PID namespace below ours: a guard's
     (ours, or a nested guard's), killed with the rest but not counted as left running."""
     fields = _stat(pid)
     if fields is None or fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING:
@@ -380,7 +380,7 @@ def _kill(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
         return
     try:
-        _demote(pid)
+        demote(pid)
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     finally:
@@ -390,7 +390,7 @@ def _kill(pid: int) -> None:
 _NICEST = 19
 
 
-def _demote(pid: int) -> None:
+def demote(pid: int) -> None:
     # Per thread: any of them may be the one that tears the address space down. The walk lists
     # parents first, so the victim's parent is ``root`` or has SIGKILL pending, and does not
     # reap it and free its pid for reuse before this (unless that parent ignores SIGCHLD and

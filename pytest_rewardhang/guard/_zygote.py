@@ -21,10 +21,11 @@ import select
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _contain, _proctree
+from . import _cgroup, _contain, _proctree
 from ._spec import SpecError, load_callable
 from ._wire import (
     EXITED,
@@ -66,6 +67,7 @@ def main() -> None:  # pragma: no cover - runs in the zygote process
         text = f"{type(exc).__name__}: {exc}".splitlines()[0]
         sock.send(MSG_ERROR + text.encode("utf-8", "replace"))
         os._exit(1)
+    _contain.prepare()  # before we adopt orphans
     # Orphans of a crashed worker come to us, to be killed. No death signal: the caller's pidfd
     # says when to go, and we take the workers with us.
     _proctree.become_subreaper(None)
@@ -95,6 +97,7 @@ def serve_forked(
         caller_pidfd = os.pidfd_open(caller)
         if os.getppid() != caller:
             os._exit(1)
+        _contain.prepare()  # before we adopt orphans
         _proctree.become_subreaper(None)
         gc.freeze()
         sock.send(MSG_READY)
@@ -150,6 +153,8 @@ class _Zygote:  # pragma: no cover - zygote only
         self.fn = fn
         self.memory_mb = memory_mb
         self.workers: dict[int, tuple[int, int]] = {}
+        #: Each worker's cgroup, where cgroups contain the workers (see ._cgroup).
+        self.groups: dict[int, _cgroup.Group] = {}
         self.by_pidfd: dict[int, int] = {}
         #: Workers killed and not reaped yet, with how many descendants they had.
         self.killed: dict[int, int] = {}
@@ -183,13 +188,19 @@ class _Zygote:  # pragma: no cover - zygote only
 
     def fork(self, wid: int, fds: list[int]) -> None:
         parent = os.getpid()
+        group = _contain.group() if self.namespace is None else None
         pid = os.fork()
         if pid == 0:
             try:
+                if group is not None and not _cgroup.join(group.procs):
+                    os._exit(70)  # the caller sees a worker that died at once
                 os.close(self.sock.fileno())
                 os.close(self.caller_pidfd)
                 for pidfd in self.by_pidfd:
                     os.close(pidfd)
+                for other in (*self.groups.values(), group):
+                    if other is not None:
+                        os.close(other.procs)
                 os.setsid()
                 subreaper = _proctree.become_subreaper(parent)
                 serve(self.fn, dict(zip(PIPE_ROLES, fds, strict=True)), self.memory_mb, subreaper)
@@ -199,6 +210,8 @@ class _Zygote:  # pragma: no cover - zygote only
             os.close(fd)
         pidfd = os.pidfd_open(pid)
         self.workers[wid] = (pid, pidfd)
+        if group is not None:
+            self.groups[wid] = group
         self.by_pidfd[pidfd] = wid
         self.poller.register(pidfd, select.POLLIN)
         socket.send_fds(self.sock, [MSG_FORKED + SPAWNED.pack(wid, pid)], [pidfd])
@@ -214,15 +227,22 @@ class _Zygote:  # pragma: no cover - zygote only
             self.sock.send(MSG_KILLED + WID.pack(wid))
         if wid in self.workers and wid not in self.killed:
             pid, pidfd = self.workers[wid]
-            self.killed[wid] = _proctree.kill_tree(pid, pidfd)
+            group = self.groups.get(wid)
+            if group is None:
+                self.killed[wid] = _proctree.kill_tree(pid, pidfd)
+            else:  # one write kills it and all below it, escaped or not
+                self.killed[wid] = group.kill(spare=pid)
 
     def reap(self, wid: int, leaked: int) -> None:
         """Reap a dead worker and what it left running; tell the caller."""
+        group = self.groups.pop(wid, None)
         pid = self._forget(wid)
         status, usage = _proctree.reap(pid)
         cpu, rss = float("nan"), 0.0
         if usage is not None:
             cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+        if group is not None:  # what it left running, escaped from its subtree or not
+            leaked += group.close(time.monotonic())  # removed later if still exiting
         leaked += self.sweep()
         with contextlib.suppress(OSError):
             self.sock.send(MSG_REAPED + EXITED.pack(wid, status, cpu, rss, leaked))
@@ -239,9 +259,14 @@ class _Zygote:  # pragma: no cover - zygote only
 
     def shutdown(self) -> None:
         """Kill and reap every worker and all below them; the caller is gone or not listening."""
+        for group in self.groups.values():  # first: nothing below any worker runs on meanwhile
+            group.kill()
         for wid, (pid, pidfd) in list(self.workers.items()):
             _proctree.kill_and_reap(pid, pidfd)
             self._forget(wid)
+        until = time.monotonic() + _proctree.REAP_WAIT_S
+        for group in self.groups.values():
+            group.close(until)
         self.sweep()
         if self.namespace is not None:
             self.namespace.close()

@@ -18,10 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from pytest_rewardhang.guard import Containment, Outcome, Pool, Status, _contain, _proctree, run
+from pytest_rewardhang.guard import (
+    Containment,
+    Outcome,
+    Pool,
+    Status,
+    _cgroup,
+    _contain,
+    _proctree,
+    run,
+)
 from tests.conftest import children
 
-pytestmark = [pytest.mark.timeout(60)]
+pytestmark = pytest.mark.timeout(60)
 
 
 def _namespaces_available() -> bool:
@@ -35,14 +44,31 @@ def _namespaces_available() -> bool:
 
 
 NAMESPACES = _namespaces_available()
-# Where there are none, what holds is the subreaper's, which the attacks below defeat.
-pytestmark.append(pytest.mark.skipif(not NAMESPACES, reason="no PID namespaces here"))
+#: Probed as the guard probes (this process's folder of groups is made here, once).
+CGROUPS = bool(_cgroup.home())
 
 
-@pytest.fixture(autouse=True)
-def pid_namespaces(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """PID namespaces on (they are opt-in), probed afresh, and forgotten after the test."""
-    monkeypatch.setenv(_proctree.PID_NAMESPACE_ENV, "1")
+@pytest.fixture(
+    autouse=True,
+    params=[
+        # Where there is neither, what holds is the subreaper's, which the attacks below defeat.
+        pytest.param(
+            Containment.PID_NAMESPACE,
+            marks=pytest.mark.skipif(not NAMESPACES, reason="no PID namespaces here"),
+        ),
+        pytest.param(
+            Containment.CGROUP,
+            marks=pytest.mark.skipif(not CGROUPS, reason="no cgroup v2 folder can be made here"),
+        ),
+    ],
+)
+def contained(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each attack under each containment the platform offers: PID namespaces turned on (they
+    are opt-in), or off for the cgroups of the default; probed afresh, forgotten after."""
+    if request.param is Containment.PID_NAMESPACE:
+        monkeypatch.setenv(_proctree.PID_NAMESPACE_ENV, "1")
+    else:
+        monkeypatch.delenv(_proctree.PID_NAMESPACE_ENV, raising=False)
     saved = _proctree._namespaces[:], _contain._containment[:]
     _proctree._namespaces.clear()
     _contain._containment.clear()
@@ -182,7 +208,7 @@ def test_the_prctl_escape_then_a_hang_is_killed_at_the_deadline(tmp_path: Path) 
 def test_containment_is_reported(tmp_path: Path) -> None:
     out = run(os.getpid, budget=10)
     assert out.ok
-    assert out.containment in (Containment.PID_NAMESPACE, Containment.SUBREAPER)
+    assert out.containment is _contain.containment()
     assert out.value != 1  # the call is not the namespace's init: ordinary signal semantics
     (tmp_path / "scorer.py").write_text("import os\ndef pid():\n    return os.getpid()\n")
     with Pool(f"{tmp_path / 'scorer.py'}:pid", budget=10, workers=1) as pool:
@@ -192,8 +218,8 @@ def test_containment_is_reported(tmp_path: Path) -> None:
     assert Outcome(Status.OK).containment is Containment.NONE
 
 
-def test_pid_namespaces_are_used_where_available() -> None:
-    assert run(int, budget=10).containment is Containment.PID_NAMESPACE
+def test_what_the_platform_offers_is_used(request: pytest.FixtureRequest) -> None:
+    assert run(int, budget=10).containment is request.node.callspec.params["contained"]
 
 
 def test_a_subprocess_sees_a_pid_of_its_own_namespace_and_no_outside_pid(tmp_path: Path) -> None:
@@ -267,7 +293,7 @@ def setsid_and_hang(path):
     _record(path, _me(), _started(sleeper))
     time.sleep(60)
 
-def escape_and_hang(path):
+def escape(path):
     libc = ctypes.CDLL(None)
     libc.prctl(36, 0, 0, 0, 0)
     libc.prctl(1, 0, 0, 0, 0)
@@ -279,6 +305,9 @@ def escape_and_hang(path):
         finally:
             os._exit(0)
     os.waitpid(middle, 0)
+
+def escape_and_hang(path):
+    escape(path)
     time.sleep(60)
 
 def kill_the_zygote_and_hang(path):
@@ -333,3 +362,49 @@ def test_a_call_that_kills_its_zygote_leaves_nothing(tmp_path: Path) -> None:
         caller.kill()
         caller.wait()
     _assert_gone(pids)
+
+
+def test_a_workers_escapee_dies_with_the_pool(tmp_path: Path) -> None:
+    # The prctl escape from an item that returns: the worker's own check after the item finds
+    # its descendants, not this one; closing the pool ends the worker's cgroup or namespace.
+    (tmp_path / "attacks.py").write_text(_ATTACKS)
+    path = tmp_path / "pids"
+    with Pool(f"{tmp_path / 'attacks.py'}:escape", budget=10, workers=1) as pool:
+        (out,) = pool.map([(str(path),)])
+        assert out.ok, out.describe()
+        pids = _await_pids(path, 2)  # the worker, the escaped sleeper
+    _assert_gone(pids[1:])
+
+
+_FOLDER = """
+import os, sys, time
+sys.path[:0] = [{root!r}]
+from pytest_rewardhang.guard import _cgroup, run
+assert run(int, budget=10).ok
+# The keeper is nobody's child here: a caller that counts or reaps its children never sees it.
+with open(f"/proc/{{os.getpid()}}/task/{{os.getpid()}}/children") as f:
+    print(_cgroup.home(), f.read().split(), flush=True)
+if sys.argv[1] == "sigkill":
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("end", ["exit", "sigkill"])
+def test_the_folder_of_groups_goes_with_its_process(end: str) -> None:
+    if _contain.containment() is not Containment.CGROUP:
+        pytest.skip("cgroups only")
+    script = _FOLDER.format(root=str(ROOT))
+    with subprocess.Popen([sys.executable, "-c", script, end], stdout=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout is not None
+            home, kids = proc.stdout.readline().decode().split(maxsplit=1)
+            assert kids.strip() == "[]"
+            assert Path(home).is_dir()
+        finally:
+            if end == "sigkill":
+                proc.kill()
+            proc.wait(timeout=30)
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while Path(home).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not Path(home).exists(), f"{home} outlived its process by {GONE_WITHIN_S:g} s"
