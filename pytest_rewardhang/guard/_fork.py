@@ -32,7 +32,7 @@ from typing import Any
 from . import _cgroup, _contain, _proctree
 from ._child import run_child
 from ._interrupts import MASKED, sigmask
-from ._outcome import Outcome, Status
+from ._outcome import Containment, Outcome, Status
 from ._wire import (
     CHUNK,
     DUMP_SIGNAL,
@@ -381,6 +381,8 @@ class _Call:
             output_text(bytes(self.output), self.output_dropped),
             self.budget,
         )
+        if self.group is None and common["containment"] is Containment.CGROUP:
+            common["containment"] = Containment.SUBREAPER  # its group could not be made
         if not timed_out and frame_complete(self.result):
             return frame_outcome(self.result, leaked, common, objects=self.objects)
         status, signum, exit_code = died(wait_status, killed=timed_out, dumped=dumped)

@@ -575,6 +575,22 @@ def kill_and_reap(
     return (leaked, *reaped)
 
 
+def reap_exited(spare: Collection[int] = ()) -> int:
+    """Reap, without waiting, the children of this process but ``spare`` that have exited;
+    how many others are left (killed and still exiting, where every one was killed)."""
+    left = 0
+    for child in _children(own_pid()):
+        pid = _to_local(child)
+        if pid is None or pid in spare:
+            continue
+        try:
+            found, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        left += not found
+    return left
+
+
 def reap_children(spare: Collection[int] = ()) -> int:
     """Kill and reap every child of this process but ``spare``; how many were still alive.
 

@@ -133,6 +133,10 @@ def _resolve(target: tuple[Any, ...]) -> Callable[..., Any]:  # pragma: no cover
         return load_callable(f"{path}:{qualname}")
 
 
+#: How often the zygote looks for exited orphans while some are still exiting.
+_EXITING_POLL_MS = 10
+
+
 class _Zygote:  # pragma: no cover - zygote only
     def __init__(
         self,
@@ -158,13 +162,18 @@ class _Zygote:  # pragma: no cover - zygote only
         self.by_pidfd: dict[int, int] = {}
         #: Workers killed and not reaped yet, with how many descendants they had.
         self.killed: dict[int, int] = {}
+        #: Killed orphans of dead workers still exiting, to be reaped when they have.
+        self.exiting = 0
         self.poller = select.poll()
         self.poller.register(sock.fileno(), select.POLLIN)
         self.poller.register(caller_pidfd, select.POLLIN)
 
     def loop(self) -> None:
         while True:
-            for fd, _ in self.poller.poll():
+            events = self.poller.poll(_EXITING_POLL_MS if self.exiting else None)
+            if self.exiting:
+                self.exiting = _proctree.reap_exited(self._spare())
+            for fd, _ in events:
                 if fd == self.caller_pidfd:
                     return self.shutdown()
                 if fd == self.sock.fileno():
@@ -241,21 +250,31 @@ class _Zygote:  # pragma: no cover - zygote only
         cpu, rss = float("nan"), 0.0
         if usage is not None:
             cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
-        if group is not None:  # what it left running, escaped from its subtree or not
+        if group is None:
+            leaked += self.sweep()
+        else:
+            # What it left running, escaped from its subtree or not, is killed and counted
+            # here. Its orphans re-parented to us are reaped once they have exited, not waited
+            # for: fifty forks tearing down took 150 ms, and replacements waited behind it.
             leaked += group.close(time.monotonic())  # removed later if still exiting
-        leaked += self.sweep()
+            self.exiting = _proctree.reap_exited(self._spare())
         with contextlib.suppress(OSError):
             self.sock.send(MSG_REAPED + EXITED.pack(wid, status, cpu, rss, leaked))
 
     def sweep(self) -> int:
         """Kill what a dead worker left running; it was re-parented to us, the subreaper, or
         (in a PID namespace) to the namespace's init."""
-        spare = {pid for pid, _ in self.workers.values()}
         leaked = 0
         if self.namespace is not None:
-            spare.add(self.namespace.init)
             leaked = self.namespace.orphans()
-        return leaked + _proctree.reap_children(spare=spare)
+        return leaked + _proctree.reap_children(spare=self._spare())
+
+    def _spare(self) -> set[int]:
+        """Our children that are not strays: the workers, and a PID namespace's init."""
+        spare = {pid for pid, _ in self.workers.values()}
+        if self.namespace is not None:
+            spare.add(self.namespace.init)
+        return spare
 
     def shutdown(self) -> None:
         """Kill and reap every worker and all below them; the caller is gone or not listening."""

@@ -408,3 +408,17 @@ def test_the_folder_of_groups_goes_with_its_process(end: str) -> None:
     while Path(home).exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not Path(home).exists(), f"{home} outlived its process by {GONE_WITHIN_S:g} s"
+
+
+def test_a_call_whose_group_cannot_be_made_says_so() -> None:
+    if _contain.containment() is not Containment.CGROUP:
+        pytest.skip("cgroups only")
+    limit = Path(_cgroup.home()) / "cgroup.max.descendants"
+    limit.write_text("0")  # the kernel refuses every new group below our folder
+    try:
+        out = run(os.getpid, budget=10)
+    finally:
+        limit.write_text("max")
+    assert out.ok, out.describe()
+    assert out.containment is Containment.SUBREAPER
+    assert run(os.getpid, budget=10).containment is Containment.CGROUP
