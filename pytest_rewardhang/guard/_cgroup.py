@@ -55,8 +55,11 @@ poller = select.poll()
 poller.register(3, select.POLLIN)
 while not poller.poll():
     pass
-with open(os.path.join(home, "cgroup.kill"), "w") as f:
-    f.write("1")
+try:
+    with open(os.path.join(home, "cgroup.kill"), "w") as f:
+        f.write("1")
+except OSError:  # removed already
+    pass
 deadline = time.monotonic() + 10
 for folder, _, _ in os.walk(home, topdown=False):
     while True:
