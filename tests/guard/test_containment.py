@@ -28,7 +28,7 @@ from pytest_rewardhang.guard import (
     _proctree,
     run,
 )
-from tests.conftest import children
+from tests.conftest import children, dead_or_dying, state
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -422,3 +422,35 @@ def test_a_call_whose_group_cannot_be_made_says_so() -> None:
     assert out.ok, out.describe()
     assert out.containment is Containment.SUBREAPER
     assert run(os.getpid, budget=10).containment is Containment.CGROUP
+
+
+_STORM = """
+import os, time
+
+def storm(path):
+    for _ in range(40):
+        if os.fork() == 0:
+            while True:
+                pass
+    with open(path, "w") as f:
+        f.write(str(int(os.readlink("/proc/self"))))
+    time.sleep(60)
+"""
+
+
+def test_a_killed_fork_storm_is_reaped_while_the_pool_goes_on(tmp_path: Path) -> None:
+    # The zygote reaps a killed worker's orphans as they finish exiting, without holding up
+    # the replacement workers: the storm's processes end up neither running nor zombies.
+    (tmp_path / "storm.py").write_text(_STORM)
+    with Pool(f"{tmp_path / 'storm.py'}:storm", budget=1, workers=2) as pool:
+        outs = pool.map([(str(tmp_path / f"w{i}"),) for i in range(3)])
+        assert [out.status for out in outs] == [Status.TIMEOUT] * 3
+        # How many it had forked by the deadline depends on the machine's load.
+        assert all(out.leaked >= 1 for out in outs), [out.leaked for out in outs]
+        (zygote,) = children()
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while time.monotonic() < deadline and any(map(dead_or_dying, children(zygote))):
+            time.sleep(0.02)
+        dying = {pid: state(pid) for pid in children(zygote) if dead_or_dying(pid)}
+        assert not dying, "a dead worker's orphans were not reaped"
+        assert len(children(zygote)) <= 3  # the workers, a PID namespace's init
