@@ -459,6 +459,30 @@ def table(results: dict[tuple[str, str], Measured], plan: Plan, kinds: list[str]
     return "\n".join(lines)
 
 
+def teardown_floor_ms(reps: int) -> list[float]:
+    """How long the kernel takes from SIGKILL to the reap of a process holding 1 GiB."""
+    took = []
+    for _ in range(reps):
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                ballast = bytearray(2**30)
+                ballast[:: resource.getpagesize()] = b"\x01" * (2**30 // resource.getpagesize())
+                os.write(ready_w, b"x")
+                time.sleep(60)
+            finally:
+                os._exit(0)
+        os.close(ready_w)
+        os.read(ready_r, 1)
+        os.close(ready_r)
+        start = time.perf_counter()
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        took.append((time.perf_counter() - start) * 1000)
+    return took
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smoke run: a few repetitions")
@@ -483,6 +507,15 @@ def main() -> int:
             results[kind, mode] = measure(mode, kind, plan)
     print(table(results, plan, kinds))
     print()
+    if "touch_gib" in kinds:
+        floor = teardown_floor_ms(plan.run_reps)
+        print(
+            f"The kernel's own floor for the 1 GiB row, unguarded: from `SIGKILL` to the reap of "
+            f"a plain forked process that touched 1 GiB, p50 / p99 / max "
+            f"{statistics.median(floor):.0f} / {p99(floor):.0f} / {max(floor):.0f} ms over "
+            f"{len(floor)} processes (`run` waits for that reap, so that no zombie is left)."
+        )
+        print()
     print(
         f"Budget {BUDGET_S:g} s. run: {plan.run_reps} calls per kind; Pool(workers={WORKERS}): "
         f"{plan.pool_maps} maps per kind of {plan.hangs_per_map} hang items and one fast item "
