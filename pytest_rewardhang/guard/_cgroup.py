@@ -8,18 +8,24 @@ moves it, which needs write access to the cgroup tree (a scorer running as root 
 could as well kill its caller). Unlike a PID namespace, a cgroup changes nothing the call can
 see: its pids stay the system's, so two concurrent calls never share a pid.
 
-Where: below this process's own cgroup, in a folder of its own, ``rewardhang-<pid>``, made the
-first time a group is needed (so only where that folder can be made: root, or a cgroup tree
-delegated to the user). Each guarded process joins its group first thing after the fork, by a
-write to a descriptor its parent opened. Killing counts the group's living members, then
+Where: below this process's own cgroup, in a folder of its own, ``rewardhang-<pid>-<random>``,
+made the first time a group is needed (so only where that folder can be made: root, or a cgroup
+tree delegated to the user). Each guarded process joins its group first thing after the fork
+(a pool's zygote first thing after its start), by a write to a descriptor its parent opened.
+What a call may build below its group is capped (``cgroup.max.descendants`` and
+``cgroup.max.depth``), so the walks below stay short and within ``PATH_MAX``. Killing freezes
+the group (bounded: a task in a vfork wait never freezes), counts its living members, then
 writes ``cgroup.kill``; the group is removed once empty (a group whose members are still being
 torn down is removed by a later call).
 
 When this process dies without cleaning up (``SIGKILL``ed mid-call), a *keeper* does it: a
-small process started once (``posix_spawn`` of a bare interpreter, detached, so it is nobody's
-child) that waits on a pidfd of this process and then kills and removes the folder. A process
-that already lives in a guard's group (a guard nested in a guarded call, a pool's workers)
-starts none: the group around it is killed whole when its own call ends.
+small process (``posix_spawn`` of a bare interpreter, detached, so it is nobody's child) that
+waits on a pidfd of this process and then kills and removes the folder. It is started with the
+first group and checked at every later one: started again if a call killed it, continued if a
+call stopped it (a call that does that and whose caller is then killed during the same call
+is not covered). A process that already lives in a guard's group (a guard nested in a guarded
+call, a pool's zygote and workers) starts none: the group around it is killed whole when its
+own call (or its pool) ends, and by that guard's keeper.
 """
 
 from __future__ import annotations
@@ -27,9 +33,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from . import _proctree
 
@@ -38,18 +46,32 @@ PREFIX = "rewardhang-"
 #: ``0`` turns cgroups off: the calls are contained as where none can be made (the subreaper).
 CGROUP_ENV = "PYTEST_REWARDHANG_CGROUP"
 _NAMES = itertools.count()
+#: What a call may build below its group: room for a few guards nested in it (each adds its
+#: folder and a group per call or worker), none for a flood of folders that the kill's walk
+#: would have to read. Eight levels of 255-byte names stay well within PATH_MAX.
+_MAX_DESCENDANTS = b"256"
+_MAX_DEPTH = b"8"
+#: How long a kill waits for the group to freeze before it counts and kills anyway.
+FREEZE_WAIT_S = 0.02
 
-#: The keeper: waits for the watched process (its pidfd on fd 3) to die, then kills what is
-#: left below the folder and removes it. Detached (forks, and the first process exits), in a
-#: session of its own, holding none of the caller's descriptors.
+#: The keeper: forks the keeper proper, whose pid the first process writes to fd 1 before it
+#: exits; the keeper waits for the watched process (its pidfd on fd 3) to die, then kills what
+#: is left below the folder and removes it. In a session of its own, holding none of the
+#: caller's descriptors. Folders are removed through descriptors: a call may have named them
+#: deeper than PATH_MAX allows a path to reach.
 _KEEPER = r"""
 import os, select, signal, sys, time
 for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGPIPE):
     signal.signal(signum, signal.SIG_IGN)
-if os.fork():
+keeper = os.fork()
+if keeper:
+    os.write(1, b"%d" % keeper)
     os._exit(0)
 os.setsid()
 os.chdir("/")
+null = os.open(os.devnull, os.O_RDWR)
+os.dup2(null, 1)
+os.closerange(4, 1 << 20)
 home = sys.argv[1]
 poller = select.poll()
 poller.register(3, select.POLLIN)
@@ -58,31 +80,43 @@ while not poller.poll():
 try:
     with open(os.path.join(home, "cgroup.kill"), "w") as f:
         f.write("1")
-except OSError:  # removed already
+except OSError:
     pass
 deadline = time.monotonic() + 10
-for folder, _, _ in os.walk(home, topdown=False):
+def rmdir(name, dir_fd=None):
     while True:
         try:
-            os.rmdir(folder)
-            break
+            os.rmdir(name, dir_fd=dir_fd)
+            return
         except FileNotFoundError:
-            break
+            return
         except OSError:
             if time.monotonic() > deadline:
-                break
+                return
             time.sleep(0.01)
+for _, folders, _, fd in os.fwalk(home, topdown=False):
+    for folder in folders:
+        rmdir(folder, fd)
+rmdir(home)
 """
 
 _lock = threading.Lock()
 #: This process's folder once made; "" where none can be (probed once per process).
 _home: list[str] = []
+#: The keeper's pid and start time, once started (none where the folder is nested in a guard's
+#: group). Not a pidfd: a guarded call leaves no descriptor behind, its first one included.
+_keeper: list[tuple[int, bytes]] = []
 #: Groups killed whose members were still exiting when they were closed: removed later.
 _pending: list[str] = []
+#: This process's descriptors of groups (their ``cgroup.procs``) and of its keeper: a guarded
+#: process forked from it closes them all once it has joined its group (see
+#: :func:`close_inherited`).
+_open: set[int] = set()
 
 
-def _forget() -> None:  # a forked child makes a folder of its own, if it needs one
+def _forget() -> None:  # a forked child makes a folder (and a keeper) of its own, if it needs one
     _home.clear()
+    _keeper.clear()
     _pending.clear()
 
 
@@ -135,12 +169,12 @@ def _make_home() -> str:
     mount, own = _mount(), _own()
     if mount is None or own is None or not hasattr(os, "pidfd_open"):
         return ""
-    parent = os.path.join(mount, own.lstrip("/"))
-    path = os.path.join(parent, f"{PREFIX}{os.getpid()}")
+    # Named by pid and at random: a folder a dead process of the same pid left (its keeper
+    # late, or gone) is never taken for ours.
+    name = f"{PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
+    path = os.path.join(mount, own.lstrip("/"), name)
     try:
         os.mkdir(path)
-    except FileExistsError:  # a dead process of the same pid left it: its keeper is late
-        pass
     except OSError:
         return ""
     # Nested in a guard's group: that guard could make one, and kills this folder with its own.
@@ -191,6 +225,7 @@ def _start_keeper(path: str) -> bool:
         watched = os.pidfd_open(os.getpid())
     except OSError:
         return False
+    said, say = os.pipe2(os.O_CLOEXEC)
     try:
         pid = os.posix_spawn(
             sys.executable,
@@ -198,19 +233,56 @@ def _start_keeper(path: str) -> bool:
             {"PATH": os.defpath},
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                (os.POSIX_SPAWN_DUP2, 1, 2),
+                (os.POSIX_SPAWN_DUP2, say, 1),
+                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
                 (os.POSIX_SPAWN_DUP2, watched, 3),
             ],
             setsid=True,
         )
     except OSError:
+        os.close(said)
         return False
     finally:
         os.close(watched)
-    # The first process exits as soon as it has forked the keeper: reaped here, bounded.
-    status = _proctree.reap_within(pid, None, 10.0)[0]
-    return status == 0
+        os.close(say)
+    try:
+        # The first process exits as soon as it has forked the keeper: reaped here, bounded.
+        if _proctree.reap_within(pid, None, 10.0)[0] != 0:
+            return False
+        keeper = int(os.read(said, 32) or b"0")
+        started = _started(keeper) if keeper else None
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(said)
+    if started is None:
+        return False
+    _keeper[:] = [(keeper, started)]
+    return True
+
+
+def _started(pid: int) -> bytes | None:
+    """When ``pid`` started (``/proc/PID/stat``'s field 22), which tells it from a later
+    process of the same pid; None once it has exited."""
+    fields = _proctree.stat_fields(pid)
+    if fields is None or fields[0] in (b"Z", b"X"):
+        return None
+    return fields[19]
+
+
+def _check_keeper() -> None:
+    """Start the keeper again if a call killed it; continue it if a call stopped it."""
+    if not _keeper:
+        return
+    pid, started = _keeper[0]
+    if _started(pid) != started:  # it exited
+        with _lock:
+            if _keeper == [(pid, started)]:
+                _keeper.clear()
+                _start_keeper(_home[0])
+    elif _proctree.stopped(pid):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGCONT)
 
 
 def join(procs: int) -> bool:
@@ -222,6 +294,16 @@ def join(procs: int) -> bool:
     return True
 
 
+def close_inherited() -> None:
+    """In a guarded process just forked, once it has joined its group: close the descriptors of
+    its parent's groups, through which its call could move a process into another call's group,
+    and of its parent's keeper."""
+    for fd in list(_open):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _open.clear()
+
+
 class Group:
     """One guarded process's cgroup, from its making to its removal."""
 
@@ -231,51 +313,88 @@ class Group:
         self.procs = procs
 
     @classmethod
-    def make(cls) -> Group | None:
-        """A new group below this process's folder; None where there can be none."""
+    def make(cls, *, capped: bool = True) -> Group | None:
+        """A new group below this process's folder; None where there can be none.
+
+        ``capped``: what may be built below it is limited (a guarded call's group). A pool's
+        zygote has an uncapped one: each of its workers' groups below it is capped.
+        """
         parent = home()
         if not parent:
             return None
+        _check_keeper()
         _sweep()
         path = os.path.join(parent, str(next(_NAMES)))
         try:
             os.mkdir(path)
+            caps = (("descendants", _MAX_DESCENDANTS), ("depth", _MAX_DEPTH)) if capped else ()
+            for limit, value in caps:
+                with open(os.path.join(path, f"cgroup.max.{limit}"), "wb") as f:
+                    f.write(value)
             procs = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
             with contextlib.suppress(OSError):
                 os.rmdir(path)
             return None
+        _open.add(procs)
         return cls(path, procs)
 
     def members(self) -> list[int]:
-        """The pids in the group and every group below it (a nested guard's)."""
+        """The pids in the group and every group below it (a nested guard's, or the call's)."""
         found = []
-        for folder, _, _ in os.walk(self.path):
-            try:
-                with open(os.path.join(folder, "cgroup.procs"), "rb") as f:
-                    found += [int(word) for word in f.read().split()]
-            except (OSError, ValueError):
-                continue
+        with contextlib.suppress(OSError):
+            for _, _, _, fd in os.fwalk(self.path):
+                try:
+                    with open("cgroup.procs", "rb", opener=_at(fd)) as f:
+                        found += [int(word) for word in f.read().split()]
+                except (OSError, ValueError):
+                    continue
         return found
+
+    def _write(self, name: str, value: bytes) -> bool:
+        try:
+            with open(os.path.join(self.path, name), "wb") as f:
+                f.write(value)
+        except OSError:  # gone already
+            return False
+        return True
+
+    def _await_frozen(self, timeout: float) -> None:
+        """Wait until every member is frozen, or ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        pause = 0.0002
+        while True:
+            try:
+                with open(os.path.join(self.path, "cgroup.events"), "rb") as f:
+                    if b"frozen 1" in f.read():
+                        return
+            except OSError:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.002)
 
     def kill(self, spare: int = 0) -> int:
         """SIGKILL everything in the group at once; how many of its living members were not
         ``spare`` (those a kill before this one reached are dead already, not counted).
 
-        The others go to nice 19 first, as :func:`._proctree.kill_descendants` does: a hundred
-        forks of a large caller tearing down at once would hold up the exit of ``spare`` (the
-        guarded process), which the caller waits for.
+        Frozen first, so that nothing forks while it is counted; the others go to nice 19 before
+        the kill, as :func:`._proctree.kill_descendants` does: a hundred forks of a large caller
+        tearing down at once would hold up the exit of ``spare`` (the guarded process), which
+        the caller waits for.
         """
+        if not self.members():
+            return 0
+        if self._write("cgroup.freeze", b"1"):
+            self._await_frozen(FREEZE_WAIT_S)
         living = 0
         for pid in self.members():
             if pid != spare and _proctree.alive(pid):
                 living += 1
                 _proctree.demote(pid)
-        try:
-            with open(os.path.join(self.path, "cgroup.kill"), "wb") as f:
-                f.write(b"1")
-        except OSError:  # gone already
-            pass
+        self._write("cgroup.kill", b"1")
         return living
 
     def close(self, until: float) -> int:
@@ -284,6 +403,7 @@ class Group:
         A second call does nothing."""
         if self.procs < 0:
             return 0
+        _open.discard(self.procs)
         os.close(self.procs)
         self.procs = -1
         leaked = self.kill()
@@ -292,23 +412,36 @@ class Group:
         return leaked
 
 
+def _at(dir_fd: int) -> Callable[[str, int], int]:
+    """An ``open()`` opener relative to ``dir_fd``."""
+    return lambda name, flags: os.open(name, flags, dir_fd=dir_fd)
+
+
+def _rmdir(name: str, dir_fd: int | None, until: float) -> bool:
+    """Remove one folder once it is empty, waiting until ``until``; False if it is not."""
+    pause = 0.0002
+    while True:
+        try:
+            os.rmdir(name, dir_fd=dir_fd)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:  # EBUSY: members still exiting
+            wait = until - time.monotonic()
+            if wait <= 0:
+                return False
+            time.sleep(min(pause, wait))
+            pause = min(pause * 2, 0.002)
+
+
 def _remove(path: str, until: float) -> bool:
     """Remove ``path`` and the groups below it once they are empty, waiting until ``until``."""
-    pause = 0.0002
-    for folder, _, _ in os.walk(path, topdown=False):
-        while True:
-            try:
-                os.rmdir(folder)
-                break
-            except FileNotFoundError:
-                break
-            except OSError:  # EBUSY: members still exiting
-                wait = until - time.monotonic()
-                if wait <= 0:
+    with contextlib.suppress(OSError):
+        for _, folders, _, fd in os.fwalk(path, topdown=False):
+            for folder in folders:
+                if not _rmdir(folder, fd, until):
                     return False
-                time.sleep(min(pause, wait))
-                pause = min(pause * 2, 0.002)
-    return True
+    return _rmdir(path, None, until)
 
 
 def _sweep() -> None:

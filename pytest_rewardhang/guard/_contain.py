@@ -159,8 +159,9 @@ def prepare() -> None:
         _cgroup.home()
 
 
-def group() -> _cgroup.Group | None:
-    """A cgroup for the next guarded process, where cgroups contain this process's calls."""
+def group(*, capped: bool = True) -> _cgroup.Group | None:
+    """A cgroup for the next guarded process (or pool's zygote: not ``capped``), where cgroups
+    contain this process's calls."""
     if containment() is not Containment.CGROUP:
         return None
-    return _cgroup.Group.make()
+    return _cgroup.Group.make(capped=capped)

@@ -191,6 +191,7 @@ class _Call:
             if self.forked[0] == 0:  # pragma: no cover - the child; reports through the pipes
                 if self.group is not None and not _cgroup.join(self.group.procs):
                     os._exit(70)  # reported as a crash: never a call left uncontained
+                _cgroup.close_inherited()
                 if self.namespace is not None:
                     self.namespace.stay()
                 self._unblock()
@@ -249,6 +250,8 @@ class _Call:
         if self.group is None:
             return _proctree.kill_and_reap(pid, self._pidfd(), timeout)
         leaked = self.group.kill(spare=pid)
+        # And the child itself: a call may have moved it out of its group.
+        _proctree.signal_child(pid, self._pidfd(), signal.SIGKILL)
         return (leaked, *_proctree.reap_within(pid, self._pidfd(), timeout))
 
     def wait(self) -> Outcome:

@@ -18,17 +18,19 @@ import select
 import signal
 import socket
 import sys
+import time
 import types
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import _proctree
+from . import _cgroup, _contain, _proctree
 from ._interrupts import let_in
 from ._spec import SpecError, is_file_target, split_spec
 from ._wire import (
     FENCE,
+    GROUP_FD,
     MESSAGE_LIMIT,
     MSG_ERROR,
     MSG_FORK,
@@ -59,7 +61,9 @@ _SIGNALS_TO_RESET = (
     signal.SIGUSR1,
     signal.SIGUSR2,
 )
-_ZYGOTE_CODE = "import sys; sys.path.insert(0, {root!r}); from {module} import main; main()"
+_ZYGOTE_CODE = (
+    "import sys; sys.path.insert(0, {root!r}); from {module} import main; main(joins={joins})"
+)
 
 
 class PoolError(RuntimeError):
@@ -188,10 +192,20 @@ class Zygote:
     (stop it, kill it) lands on the zygote, which the caller can always replace.
     """
 
-    def __init__(self, sock: socket.socket, pid: int, *, forked: bool = False) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        pid: int,
+        group: _cgroup.Group | None,
+        *,
+        forked: bool = False,
+    ) -> None:
         self.sock = sock
         self.pid = pid
         self.pidfd = -1
+        #: Where cgroups contain the calls, the zygote's own (its workers' groups are below
+        #: it): killing it kills everything the pool made, whatever an item did to the zygote.
+        self.group = group
         self.forked = forked
 
     @classmethod
@@ -206,7 +220,9 @@ class Zygote:
         # than spelled: neither depends on where this file sits in the package.
         top = sys.modules[__name__.partition(".")[0]]
         root = str(Path(top.__file__ or "").resolve().parent.parent)
-        code = _ZYGOTE_CODE.format(root=root, module=zygote_main.__module__)
+        group = _contain.group(capped=False)
+        joins = [] if group is None else [(os.POSIX_SPAWN_DUP2, group.procs, GROUP_FD)]
+        code = _ZYGOTE_CODE.format(root=root, module=zygote_main.__module__, joins=bool(joins))
         argv = [sys.executable, "-c", code]
         config = list(config_message(list(sys.path), target, memory_mb))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -218,6 +234,7 @@ class Zygote:
                     os.environ,
                     file_actions=[
                         (os.POSIX_SPAWN_DUP2, theirs.fileno(), SOCKET_FD),
+                        *joins,
                         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                     ],
                     setsid=True,
@@ -228,8 +245,10 @@ class Zygote:
                 theirs.close()
         except BaseException:
             ours.close()
+            if group is not None:
+                group.close(time.monotonic())
             raise
-        return cls(ours, pid)._started(config)
+        return cls(ours, pid, group)._started(config)
 
     @classmethod
     def fork(cls, fn: Callable[..., Any], memory_mb: float | None, inherited: list[int]) -> Zygote:
@@ -240,14 +259,20 @@ class Zygote:
         """
         parent = os.getpid()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        group = _contain.group(capped=False)
         try:
             pid = os.fork()
         except BaseException:
             ours.close()
             theirs.close()
+            if group is not None:
+                group.close(time.monotonic())
             raise
         if pid == 0:  # pragma: no cover - the zygote
             try:
+                if group is not None:
+                    _cgroup.join(group.procs)
+                _cgroup.close_inherited()
                 for fd in [*inherited, ours.fileno()]:
                     with contextlib.suppress(OSError):
                         os.close(fd)
@@ -255,7 +280,7 @@ class Zygote:
             finally:
                 os._exit(70)
         theirs.close()
-        return cls(ours, pid, forked=True)._started([])
+        return cls(ours, pid, group, forked=True)._started([])
 
     def _started(self, config: list[bytes]) -> Zygote:
         """Hold its pidfd, send it ``config``, wait until it is ready; gone if any of it fails."""
@@ -320,10 +345,16 @@ class Zygote:
         """Kill the zygote and everything below it, and reap it; bounded, whatever they do.
 
         The caller does it itself rather than ask: a zygote that an item stopped would never
-        answer. The workers are the zygote's children and subreapers, so every process below
-        it is found through ``/proc`` while it is held stopped.
+        answer. Where it has a group, one write kills it, its workers and all they started;
+        the workers are also the zygote's children and subreapers, so every process below it
+        is found through ``/proc`` while it is held stopped (all there is without a group).
         """
+        until = time.monotonic() + _REAP_S
+        if self.group is not None:
+            self.group.kill(spare=self.pid)
         _proctree.kill_and_reap(self.pid, self.pidfd if self.pidfd >= 0 else None, _REAP_S)
+        if self.group is not None:
+            self.group.close(until)
 
     def close(self) -> None:
         """Close the caller's descriptors; the process is :meth:`stop`'s."""

@@ -260,7 +260,7 @@ def alive(pid: int) -> bool:
     return _state(pid)[0]
 
 
-def _stat(pid: int) -> list[bytes] | None:
+def stat_fields(pid: int) -> list[bytes] | None:
     """The fields of ``/proc/PID/stat`` from the state on; None once the pid is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -273,14 +273,14 @@ def _stat(pid: int) -> list[bytes] | None:
 
 def stopped(pid: int) -> bool:
     """Stopped by a signal (or traced): it will not run until someone continues it."""
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return fields is not None and fields[0] in (b"T", b"t")
 
 
 def _state(pid: int) -> tuple[bool, bool]:
     """:func:`alive`, and whether it is the init of a PID namespace below ours: a guard's
     (ours, or a nested guard's), killed with the rest but not counted as left running."""
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     if fields is None or fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING:
         return False, False
     try:
@@ -337,7 +337,7 @@ def kill_descendants(
 
 def _gone(pid: int) -> bool:
     """Finished exiting: a zombie, or reaped (a pid recycled within ms is not worth a pidfd)."""
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return fields is None or fields[0] in (b"Z", b"X")
 
 
@@ -423,7 +423,7 @@ STOP_WAIT_S = 0.02
 REAP_WAIT_S = 0.05
 
 
-def _send(pid: int, pidfd: int | None, signum: int) -> bool:
+def signal_child(pid: int, pidfd: int | None, signum: int) -> bool:
     """Signal the child through its pidfd, or by pid when there is none; False if it is gone."""
     try:
         if pidfd is None:
@@ -485,7 +485,7 @@ def kill_tree(pid: int, pidfd: int | None, killed: list[int] | None = None) -> i
     before the second walk, while the child's exit had already handed it to init: a PID
     namespace (where the platform allows one) closes that too.
     """
-    if not _send(pid, pidfd, signal.SIGSTOP):
+    if not signal_child(pid, pidfd, signal.SIGSTOP):
         return 0
     # Its process group too (it leads one: see ._child): forks that kept the group stop
     # burning the CPU the walk needs. Fifty busy ones left the walk 1/26 of a core on 2.
@@ -495,7 +495,7 @@ def kill_tree(pid: int, pidfd: int | None, killed: list[int] | None = None) -> i
     leaked = kill_descendants(pid, killed=killed)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    _send(pid, pidfd, signal.SIGKILL)
+    signal_child(pid, pidfd, signal.SIGKILL)
     if not stopped:
         leaked += kill_descendants(pid, killed=killed)
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -178,6 +178,8 @@ def result_frames(buffer: bytearray) -> tuple[list[tuple[tuple[Any, ...], int]],
 
 #: The socket's fd in the zygote; the caller's spawn puts it there.
 SOCKET_FD = 3
+#: Where a pool's zygote finds the ``cgroup.procs`` of the group its caller made for it.
+GROUP_FD = SOCKET_FD + 1
 #: The first message, caller to zygote: its length (CONFIG_SIZE), then the pickled config in
 #: messages of at most CONFIG_PIECE bytes (a SOCK_SEQPACKET message must fit the socket's
 #: buffer): see :func:`config_message`. No limit but memory.

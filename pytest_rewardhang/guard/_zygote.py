@@ -29,6 +29,7 @@ from . import _cgroup, _contain, _proctree
 from ._spec import SpecError, load_callable
 from ._wire import (
     EXITED,
+    GROUP_FD,
     MESSAGE_LIMIT,
     MSG_ERROR,
     MSG_FORK,
@@ -47,7 +48,11 @@ from ._wire import (
 from ._worker import serve
 
 
-def main() -> None:  # pragma: no cover - runs in the zygote process
+def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote process
+    """The zygote's start; ``joins``: its caller made it a group, whose ``cgroup.procs`` is
+    open as GROUP_FD."""
+    if joins:
+        _cgroup.join(GROUP_FD)
     os.closerange(SOCKET_FD + 1, 1 << 16)  # fds a C library in the caller forgot to mark CLOEXEC
     sock = socket.socket(fileno=SOCKET_FD)
     caller = os.getppid()
@@ -207,9 +212,7 @@ class _Zygote:  # pragma: no cover - zygote only
                 os.close(self.caller_pidfd)
                 for pidfd in self.by_pidfd:
                     os.close(pidfd)
-                for other in (*self.groups.values(), group):
-                    if other is not None:
-                        os.close(other.procs)
+                _cgroup.close_inherited()
                 os.setsid()
                 subreaper = _proctree.become_subreaper(parent)
                 serve(self.fn, dict(zip(PIPE_ROLES, fds, strict=True)), self.memory_mb, subreaper)
@@ -241,6 +244,7 @@ class _Zygote:  # pragma: no cover - zygote only
                 self.killed[wid] = _proctree.kill_tree(pid, pidfd)
             else:  # one write kills it and all below it, escaped or not
                 self.killed[wid] = group.kill(spare=pid)
+                _proctree.signal_child(pid, pidfd, signal.SIGKILL)  # moved out of it, say
 
     def reap(self, wid: int, leaked: int) -> None:
         """Reap a dead worker and what it left running; tell the caller."""
