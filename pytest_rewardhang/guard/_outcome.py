@@ -324,3 +324,61 @@ def _signal_name(number: int) -> str:
         return _signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+def _setter(name: str) -> Callable[[Outcome, Any], None]:
+    setter: Callable[[Outcome, Any], None] = Outcome.__dict__[name].__set__
+    return setter
+
+
+_new = object.__new__
+_set_status = _setter("status")
+_set_value = _setter("value")
+_set_error = _setter("error")
+_set_exception = _setter("exception")
+_set_wall_s = _setter("wall_s")
+_set_cpu_s = _setter("cpu_s")
+_set_max_rss_mb = _setter("max_rss_mb")
+_set_stack = _setter("stack")
+_set_signal = _setter("signal")
+_set_exit_code = _setter("exit_code")
+_set_output = _setter("output")
+_set_leaked = _setter("leaked")
+_set_budget = _setter("budget")
+_set_mechanism = _setter("mechanism")
+_set_containment = _setter("containment")
+
+
+def ok_outcome(
+    value: Any,
+    wall_s: float,
+    cpu_s: float,
+    max_rss_mb: float,
+    budget: float | None,
+    mechanism: Mechanism,
+    containment: Containment,
+) -> Outcome:
+    """``Outcome(Status.OK, value, wall_s=..., ...)``, every other field at its default.
+
+    What a pool answers for each quick item, built by its slots' own setters: a frozen
+    dataclass's ``__init__`` goes through ``object.__setattr__`` for each of its 15 fields
+    (4 µs, as long as the caller's whole share of a fast item should be). The same object
+    either way; a test holds the two equal field by field.
+    """
+    outcome: Outcome = _new(Outcome)
+    _set_status(outcome, Status.OK)
+    _set_value(outcome, value)
+    _set_error(outcome, None)
+    _set_exception(outcome, None)
+    _set_wall_s(outcome, wall_s)
+    _set_cpu_s(outcome, cpu_s)
+    _set_max_rss_mb(outcome, max_rss_mb)
+    _set_stack(outcome, None)
+    _set_signal(outcome, None)
+    _set_exit_code(outcome, None)
+    _set_output(outcome, "")
+    _set_leaked(outcome, 0)
+    _set_budget(outcome, budget)
+    _set_mechanism(outcome, mechanism)
+    _set_containment(outcome, containment)
+    return outcome
