@@ -433,7 +433,8 @@ class _Engine:
             raise PoolError("this Pool belongs to the process that forked this one; make a new one")
         if self.closing:
             raise ValueError("map() on a closed Pool")
-        batch = _Batch([_arguments(item) for item in items])
+        # A tuple of arguments, the usual item, is taken as it is without a call.
+        batch = _Batch([item if type(item) is tuple else _arguments(item) for item in items])
         if not batch.left:
             return []
         me = threading.get_ident()

@@ -16,7 +16,6 @@ import resource
 import select
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -167,6 +166,7 @@ _NO_TIMER = (0.0, 0.0)
 #: signals, was half the cost of the full check. The mask likewise: signal.pthread_sigmask
 #: turns every number it returns into an enum member, a µs an item.
 _signal_module = importlib.import_module("_signal")
+_thread_count: Callable[[], int] = importlib.import_module("_thread")._count
 _getsignal: Callable[[int], Any] = _signal_module.getsignal
 _sigmask: Callable[[int, Any], set[int]] = _signal_module.pthread_sigmask
 
@@ -305,6 +305,12 @@ class _Serve:  # pragma: no cover - worker only
         self.cpu_mark = 0.0
         self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         self.pid = os.getpid()
+        #: Threads started through _thread (threading's too) and still running, as C counts
+        #: them: threading.active_count() takes a lock in Python, a µs an item. Compared with
+        #: the count at the start, as a fork keeps the count of the threads the parent had
+        #: (CPython 3.11 does not reset it): an item's thread left running changes it. A C
+        #: library's own thread is found by the full check, which reads the kernel's count.
+        self.threads = _thread_count()
         #: The caller writes here the index (+1) of an item it is killing at its deadline,
         #: before it looks for that item's answer: see :meth:`_one`. Read as a native integer
         #: through a view, without a struct call.
@@ -353,7 +359,7 @@ class _Serve:  # pragma: no cover - worker only
         if os.getpid() != self.pid:
             os._exit(0)  # a child the call forked, returning: it never answers for the worker
         wall = time.perf_counter() - start
-        alone = threading.active_count() == 1
+        alone = _thread_count() == self.threads
         leaked = self._leaked(alone)
         output, dropped = self._output() if self.output_poll.poll(0) else (b"", 0)
         if self.dropped.count:

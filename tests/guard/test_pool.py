@@ -289,6 +289,7 @@ def test_the_quick_outcome_is_an_outcome_like_any_other() -> None:
         budget=2.0,
         containment=Containment.SUBREAPER,
     )
+    assert type(quick) is Outcome
     for field in dataclasses.fields(Outcome):
         assert getattr(quick, field.name) == getattr(made, field.name), field.name
     assert (quick, hash(quick), repr(quick)) == (made, hash(made), repr(made))
