@@ -22,6 +22,8 @@ from typing import Any
 from ._contain import containment
 from ._outcome import Mechanism, Outcome, Status
 
+_OK_VALUE = Status.OK.value
+
 # --- bounds ----------------------------------------------------------------------------------
 
 #: Bytes of stdout/stderr kept per call; the rest is read and thrown away, never buffered.
@@ -51,8 +53,6 @@ def dump_lead(budget: float) -> float:
 
 
 # --- run: the child's one result frame -------------------------------------------------------
-
-_OK_VALUE = Status.OK.value
 
 #: Every result frame, run's and a pool worker's, starts with this: a call that writes on the
 #: guard's result pipe (a loop over every descriptor, say) is told from an answer at once.

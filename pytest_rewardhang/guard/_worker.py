@@ -166,9 +166,10 @@ _NO_TIMER = (0.0, 0.0)
 #: signals, was half the cost of the full check. The mask likewise: signal.pthread_sigmask
 #: turns every number it returns into an enum member, a µs an item.
 _signal_module = importlib.import_module("_signal")
-_thread_count: Callable[[], int] = importlib.import_module("_thread")._count
 _getsignal: Callable[[int], Any] = _signal_module.getsignal
 _sigmask: Callable[[int, Any], set[int]] = _signal_module.pthread_sigmask
+#: Threads started through _thread and still running, counted in C: see _Serve.threads.
+_thread_count: Callable[[], int] = importlib.import_module("_thread")._count
 
 
 class _State:  # pragma: no cover - worker only
@@ -361,7 +362,9 @@ class _Serve:  # pragma: no cover - worker only
         wall = time.perf_counter() - start
         alone = _thread_count() == self.threads
         leaked = self._leaked(alone)
-        output, dropped = self._output() if self.output_poll.poll(0) else (b"", 0)
+        output, dropped = (
+            read_bounded(self.output_r, OUTPUT_LIMIT) if self.output_poll.poll(0) else (b"", 0)
+        )
         if self.dropped.count:
             dropped += self.dropped.count
             self.dropped.count = 0
@@ -408,6 +411,3 @@ class _Serve:  # pragma: no cover - worker only
         if alone and self.children_fd >= 0 and not os.pread(self.children_fd, 64, 0).strip():
             return 0
         return _proctree.kill_descendants(os.getpid()) + _proctree.reap_children()
-
-    def _output(self) -> tuple[bytes, int]:
-        return read_bounded(self.output_r, OUTPUT_LIMIT)
