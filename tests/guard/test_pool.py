@@ -192,6 +192,17 @@ def a_float(kind: str, pidfile: str = "") -> Any:
     return 0.5
 
 
+def chdir_by(how: str, path: str) -> str:
+    """Change directory through Python, or through C where no audit hook sees it."""
+    if how == "c":
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.chdir(path.encode()) != 0:
+            raise OSError(ctypes.get_errno(), "chdir")
+    elif how == "python":
+        os.chdir(path)
+    return os.getcwd()
+
+
 def calls(log: Path) -> list[str]:
     return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
 
@@ -269,6 +280,21 @@ def test_a_float_comes_back_as_itself_whatever_comes_with_it(
         assert 0 < out.wall_s < BUDGET
         assert out.cpu_s >= 0
         assert out.max_rss_mb > 0
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_the_next_item_starts_in_the_workers_directory(tmp_path: Path, launch: Launch) -> None:
+    # The worker trusts the path of its directory only where Python's audited chdir did not
+    # run; a chdir from C changes the path, and is undone all the same.
+    elsewhere = str(tmp_path)
+    stay = ("stay", "")
+    items = [stay, ("c", elsewhere), stay, ("python", elsewhere), stay, ("c", elsewhere), stay]
+    with launch.pool(chdir_by, workers=1, budget=BUDGET) as pool:
+        outs = pool.map(items)
+    assert all(o.ok for o in outs), [o.describe() for o in outs]
+    start = outs[0].value
+    assert start != elsewhere
+    assert [o.value for o in outs] == [start, elsewhere] * 3 + [start]
 
 
 def test_the_quick_outcome_is_an_outcome_like_any_other() -> None:
