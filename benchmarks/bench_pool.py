@@ -6,8 +6,10 @@ Peers, side by side on the same items: an unguarded serial loop (and, as a refer
 the transport alone allows, an unguarded ``multiprocessing.Pool`` in chunks); ``guard.run``
 per item; ``Pool(workers=2)``; ``ProcessPoolExecutor`` with ``future.result(timeout)``; pebble's
 ``ProcessPool`` with a per-task timeout. Then a ``Pool`` call's latency from a caller holding
-4 GiB resident against one holding 50 MiB. Prints a Markdown table and checks the targets of
-issue 3. Timings are wall clock on this machine; run it on an otherwise idle one.
+4 GiB resident against one holding 50 MiB; and the CPU the guard itself spends per item, in the
+caller and in the workers, with a scorer that returns at once. Prints a Markdown table and
+checks the targets of issues 3 and 12. Timings are wall clock on this machine; run it on an
+otherwise idle one.
 """
 
 from __future__ import annotations
@@ -168,6 +170,47 @@ def direct_loss(spec: str, item: Item, hangs: int) -> float:
     return (hung - plain) / hangs
 
 
+# --- the guard's own CPU per item ---------------------------------------------------------------
+
+
+def instant(solution_str: str, ground_truth: str) -> float:
+    """A scorer that returns at once: what a pool item costs is then the guard's own work."""
+    return 0.5
+
+
+def guard_cpu(items: int, rounds: int = 3) -> dict[str, float]:
+    """µs of CPU per item in the caller and in the workers (summed), ``Pool.map`` of ``instant``.
+
+    CPU time, not wall clock, so other load on the machine matters less; the best of
+    ``rounds``. The workers' time is read from /proc/PID/schedstat (time on a CPU, in ns).
+    """
+    spec = f"{Path(__file__).resolve()}:instant"
+    batch = [("the final answer is 17.", "17")] * items
+    caller_best = workers_best = float("inf")
+    with Pool(spec, workers=WORKERS, budget=BUDGET) as warm:
+        warm.map(batch[:1000])
+        for _ in range(rounds):
+            pids = [worker.pid for worker in warm._engine.workers.values()]
+            before_workers, before = _on_cpu_ns(pids), time.process_time()
+            outs = warm.map(batch)
+            caller = time.process_time() - before
+            workers = (_on_cpu_ns(pids) - before_workers) / 1e9
+            assert all(out.ok for out in outs)
+            if [worker.pid for worker in warm._engine.workers.values()] != pids:
+                continue  # a worker was replaced: its time is not all counted
+            caller_best = min(caller_best, caller / items * 1e6)
+            workers_best = min(workers_best, workers / items * 1e6)
+    return {"caller_us": caller_best, "workers_us": workers_best}
+
+
+def _on_cpu_ns(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            total += int(f.read().split()[0])
+    return total
+
+
 # --- caller size -----------------------------------------------------------------------------
 
 
@@ -286,8 +329,15 @@ def main() -> None:
         )
     small = probe_in_subprocess(50, 2000)
     large = probe_in_subprocess(4096, 2000)
+    cpu_items = 100_000 // scale
+    cpu = guard_cpu(cpu_items)
     print(f"load average {os.getloadavg()[0]:.2f} at end; took {time.perf_counter() - began:.0f} s")
     report(rows, small, large, sizes, losses)
+    print(
+        f"\nThe guard's own CPU per item (`Pool(workers={WORKERS}).map` of a scorer that returns "
+        f"at once, {cpu_items:,} items, best of 3): caller {cpu['caller_us']:.1f} µs, workers "
+        f"{cpu['workers_us']:.1f} µs, {cpu['caller_us'] + cpu['workers_us']:.1f} µs in all."
+    )
 
 
 def lost_per_hang(clean: Result, hung: Result | None) -> float | None:

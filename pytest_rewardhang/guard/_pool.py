@@ -44,7 +44,7 @@ from ._launch import (
     warn_if_large,
     worker_pipes,
 )
-from ._outcome import Mechanism, Outcome, Status
+from ._outcome import Mechanism, Outcome, Status, ok_outcome
 from ._run import _check_limits
 from ._spec import SpecError, load_callable
 from ._wire import (
@@ -433,7 +433,8 @@ class _Engine:
             raise PoolError("this Pool belongs to the process that forked this one; make a new one")
         if self.closing:
             raise ValueError("map() on a closed Pool")
-        batch = _Batch([_arguments(item) for item in items])
+        # A tuple of arguments, the usual item, is taken as it is without a call.
+        batch = _Batch([item if type(item) is tuple else _arguments(item) for item in items])
         if not batch.left:
             return []
         me = threading.get_ident()
@@ -1041,8 +1042,23 @@ class _Engine:
     def _answered(
         self, worker: _Worker, fields: tuple[Any, ...], buffer: bytearray, at: int
     ) -> None:
-        size, output_size, dropped, index, leaked, wall, cpu, cpu_total, end, rss, leaving = fields
-        if not worker.sent or worker.sent[0][0] != index or worker.sent[0][1] is None:
+        (
+            _,
+            size,
+            output_size,
+            dropped,
+            index,
+            leaked,
+            wall,
+            cpu,
+            cpu_total,
+            end,
+            rss,
+            leaving,
+            number,
+        ) = fields
+        sent = worker.sent
+        if not sent or sent[0][0] != index or sent[0][1] is None:
             # Not the item it is running: something in the call wrote on the result pipe.
             # The worker goes; the item it was running is its own, a crash, never the batch.
             worker.lost = (
@@ -1053,13 +1069,14 @@ class _Engine:
             if current is not None and worker.kill_for is None:
                 self._kill(worker, current[0], time.monotonic())
             return
-        worker.sent.popleft()
-        worker.retries.discard(index)
+        sent.popleft()
+        if worker.retries:
+            worker.retries.discard(index)
         if leaving:  # it retires now: nothing it holds will start
             self._take_back(worker, keep=0)
         elif index == worker.fenced:
             # It may have read the fence after this answer, and retired without a word.
-            worker.after_fence = worker.sent[0][0] if worker.sent else _NEXT
+            worker.after_fence = sent[0][0] if sent else _NEXT
         self.replaced = 0
         worker.last_end = end
         worker.cpu_base = cpu_total
@@ -1067,29 +1084,31 @@ class _Engine:
             read_bounded(worker.fds["stack_r"], STACK_LIMIT)
             worker.dumped = None
         self.fruitless_deaths = 0
-        self.mean_item_s = wall if self.mean_item_s is None else 0.8 * self.mean_item_s + 0.2 * wall
+        mean = self.mean_item_s
+        self.mean_item_s = wall if mean is None else 0.8 * mean + 0.2 * wall
+        if not (size or output_size or dropped or leaked):
+            # The common case, an OK float carried in the frame itself: a fast scorer's
+            # whole answer comes to this one call (see ok_outcome).
+            outcome = ok_outcome(number, wall, cpu, rss / 1024, self.budget, _FORK, containment())
+        else:
+            outcome = self._outcome(fields, buffer, at)
+        self._finish(index, outcome)
+
+    def _outcome(self, fields: tuple[Any, ...], buffer: bytearray, at: int) -> Outcome:
+        """The outcome of an answer that is not a bare OK float: see RESULT."""
+        _, size, output_size, dropped, _, leaked, wall, cpu, _, _, rss, _, number = fields
+        output = output_text(bytes(buffer[at : at + output_size]), dropped)
+        common = common_fields(wall, cpu, rss, output, self.budget)
+        if not size:  # an OK float, with output or leftovers
+            return outcome_from_frame(_OK.value, number, None, None, leaked, common)
         payload = buffer[at + output_size : at + output_size + size]
         try:
             status, value, error, exception = decode(payload, objects=self.objects)
         except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the worker
-            status, value, error, exception = None, None, None, exc
-        if status == "ok" and not output_size and not leaked:
-            # The common case, built positionally: keyword plumbing costs more than the
-            # scorer itself when it runs for 50 µs.
-            tail = (self.budget, _FORK, containment())
-            outcome = Outcome(
-                _OK, value, None, None, wall, cpu, rss / 1024, None, None, None, "", 0, *tail
-            )
-        else:
-            output = output_text(bytes(buffer[at : at + output_size]), dropped)
-            common = common_fields(wall, cpu, rss, output, self.budget)
-            if status is None:
-                outcome = unpickle_failed(exception, leaked, common)
-            else:
-                outcome = outcome_from_frame(
-                    status, value, error, exception, leaked, common, objects=self.objects
-                )
-        self._finish(index, outcome)
+            return unpickle_failed(exc, leaked, common)
+        return outcome_from_frame(
+            status, value, error, exception, leaked, common, objects=self.objects
+        )
 
     def _on_death(self, worker: _Worker, status: int, cpu: float, rss: float, leaked: int) -> None:
         """Account for a dead worker's items: the running one ends, the rest go back."""

@@ -22,6 +22,8 @@ from typing import Any
 from ._contain import containment
 from ._outcome import Mechanism, Outcome, Status
 
+_OK_VALUE = Status.OK.value
+
 # --- bounds ----------------------------------------------------------------------------------
 
 #: Bytes of stdout/stderr kept per call; the rest is read and thrown away, never buffered.
@@ -136,42 +138,53 @@ def task_frame(
 #: Result frame, one per item: MAGIC, payload length, output length, output bytes dropped, index,
 #: leaked, wall, cpu of the item, cpu of the worker so far, monotonic end time, peak RSS in KiB,
 #: whether the worker retires after this answer (its state could not be put back: the items
-#: queued behind will not start); then the output bytes and the pickled
-#: ``(status, value, error, exception)``.
-RESULT = struct.Struct("!4sIIQQIddddQ?")
+#: queued behind will not start), the value when the payload is empty; then the output bytes
+#: and the pickled ``(status, value, error, exception)``. What scorers mostly return, one float
+#: of an OK call, goes in the frame itself with an empty payload (no pickle is ever empty):
+#: neither end pickles, and the caller builds nothing but the float.
+RESULT = struct.Struct("!4sIIQQIddddQ?d")
 #: The index result_frames gives bytes that are not a result frame: no item has it, so the
 #: caller takes them for an answer the worker should not have sent, and replaces the worker.
 NO_ITEM = (1 << 64) - 1
-_SCRIBBLED_FIELDS = (0, 0, 0, NO_ITEM, 0, 0.0, 0.0, 0.0, 0.0, 0, False)
+_SCRIBBLED_FIELDS = (MAGIC, 0, 0, 0, NO_ITEM, 0, 0.0, 0.0, 0.0, 0.0, 0, False, 0.0)
 
 
 def result_frame(
-    payload: bytes, output: bytes, *fields: Any
+    frame: tuple[Any, ...], output: bytes, *fields: Any
 ) -> bytes:  # pragma: no cover - worker only
-    """An item's result frame, as the worker writes it: ``fields`` are RESULT's from the fourth."""
-    return RESULT.pack(MAGIC, len(payload), len(output), *fields) + output + payload
+    """An item's result frame, as the worker writes it: ``fields`` are RESULT's from the fourth
+    to the value's; ``frame`` is the call's ``(status, value, error, exception)``."""
+    if frame[0] == _OK_VALUE and type(frame[1]) is float:
+        return RESULT.pack(MAGIC, 0, len(output), *fields, frame[1]) + output
+    payload = pickle_frame(frame)
+    return RESULT.pack(MAGIC, len(payload), len(output), *fields, 0.0) + output + payload
 
 
 def result_frames(buffer: bytearray) -> tuple[list[tuple[tuple[Any, ...], int]], int]:
     """The whole result frames at the start of ``buffer``, as the caller reads them.
 
-    Each one's RESULT fields after the magic and the offset of its output (its payload follows
-    the output); then how many bytes they take. Bytes that are not a frame end the list with a
-    frame for :data:`NO_ITEM`, and are all taken.
+    Each one's RESULT fields (the magic first) and the offset of its output (its payload
+    follows the output); then how many bytes they take. Bytes that are not a frame end the list
+    with a frame for :data:`NO_ITEM`, and are all taken.
     """
     frames: list[tuple[tuple[Any, ...], int]] = []
     offset = 0
-    while len(buffer) - offset >= RESULT.size:
-        magic, *fields = RESULT.unpack_from(buffer, offset)
-        if magic != MAGIC:
-            frames.append((_SCRIBBLED_FIELDS, len(buffer)))
-            return frames, len(buffer)
-        end = offset + RESULT.size + fields[1] + fields[0]
-        if len(buffer) < end:
+    size = len(buffer)
+    unpack = RESULT.unpack_from
+    while size - offset >= _RESULT_SIZE:
+        fields = unpack(buffer, offset)
+        if fields[0] != MAGIC:
+            frames.append((_SCRIBBLED_FIELDS, size))
+            return frames, size
+        end = offset + _RESULT_SIZE + fields[2] + fields[1]
+        if size < end:
             break
-        frames.append((tuple(fields), offset + RESULT.size))
+        frames.append((fields, offset + _RESULT_SIZE))
         offset = end
     return frames, offset
+
+
+_RESULT_SIZE = RESULT.size
 
 
 # --- the pool: the zygote's socket -----------------------------------------------------------
@@ -316,7 +329,6 @@ def _around_float() -> tuple[bytes, bytes]:
 _FLOAT_HEAD, _FLOAT_TAIL = _around_float()
 _FLOAT_SIZE = len(_FLOAT_HEAD) + 8 + len(_FLOAT_TAIL)
 _DOUBLE = struct.Struct(">d")
-_OK_VALUE = Status.OK.value
 
 
 def _ok_float(data: bytes | bytearray | memoryview) -> tuple[Any, ...] | None:

@@ -7,18 +7,15 @@ is running and since when: a crash or a kill loses exactly the current item and 
 
 from __future__ import annotations
 
-import fcntl
 import importlib
 import io
 import mmap
 import os
 import pickle
 import resource
+import select
 import signal
-import struct
 import sys
-import termios
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,14 +28,12 @@ from ._wire import (
     FENCE,
     OUTPUT_LIMIT,
     RETIRED,
-    pickle_frame,
     read_bounded,
     result_frame,
     task_frame,
     write_all,
 )
 
-_FIONREAD_BUF = bytes(4)
 _NO_KWARGS: dict[str, Any] = {}
 
 
@@ -58,11 +53,11 @@ def serve(
     code = 70
     try:
         setup_child(fds["output_w"], fds["stack_w"], memory_mb)
-        writers = _never_blocking_stdio()
+        dropped = _never_blocking_stdio()
         fence = mmap.mmap(fds["fence"], FENCE.size)
         os.close(fds["fence"])
         _Serve(
-            fn, fds["task_r"], fds["result_w"], fds["output_r"], subreaper, writers, fence
+            fn, fds["task_r"], fds["result_w"], fds["output_r"], subreaper, dropped, fence
         ).loop()
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the caller sees the exit and reports the item
@@ -80,12 +75,12 @@ class _DroppingPipe(io.RawIOBase):  # pragma: no cover - worker only
     stay blocking for C code and subprocesses, and everything written keeps its order.
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, dropped: _Dropped) -> None:
         super().__init__()
         self.target = fd
         self.pipe = _identity(fd)
         self.fd = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        self.dropped = 0
+        self.dropped = dropped
 
     def writable(self) -> bool:
         return True
@@ -105,10 +100,19 @@ class _DroppingPipe(io.RawIOBase):  # pragma: no cover - worker only
             while view:
                 view = view[os.write(self.fd, view) :]
         except BlockingIOError:
-            self.dropped += len(view)
+            self.dropped.count += len(view)
         except OSError:  # the call closed our descriptor; the blocking one still works
             write_all(self.target, view)
         return size
+
+
+class _Dropped:  # pragma: no cover - worker only
+    """Bytes of output both :class:`_DroppingPipe` dropped since the last item's answer."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
 
 
 def _identity(fd: int) -> tuple[int, int]:  # pragma: no cover - worker only
@@ -116,20 +120,22 @@ def _identity(fd: int) -> tuple[int, int]:  # pragma: no cover - worker only
     return status.st_dev, status.st_ino
 
 
-def _never_blocking_stdio() -> list[_DroppingPipe]:  # pragma: no cover - worker only
+def _never_blocking_stdio() -> _Dropped:  # pragma: no cover - worker only
+    dropped = _Dropped()
     try:
-        writers = [_DroppingPipe(1), _DroppingPipe(2)]
+        writers = [_DroppingPipe(1, dropped), _DroppingPipe(2, dropped)]
     except OSError:  # no /proc: prints that overflow the pipe wait for the deadline, as before
-        return []
+        return dropped
     sys.stdout, sys.stderr = (
         io.TextIOWrapper(io.BufferedWriter(w), line_buffering=True, errors="backslashreplace")
         for w in writers
     )
-    return writers
+    return dropped
 
 
 #: Events after which an item's full check runs (see :class:`_State`): what may change the
-#: process state that a cheap per-item comparison does not see.
+#: process state that a cheap per-item comparison does not see. ``os.putenv`` and
+#: ``os.unsetenv`` are how ``os.environ`` changes (its every write and delete calls one).
 _AUDITED = frozenset(
     {
         "resource.setrlimit",
@@ -155,29 +161,39 @@ _FULL_AFTER_S = 0.001
 #: is replaced rather than run out of them.
 _SPARE_FDS = 32
 _ITIMERS = (signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+_NO_TIMER = (0.0, 0.0)
 #: The handlers as the C module has them: signal.getsignal's enum conversion, for each of 64
-#: signals, was half the cost of the full check.
-_getsignal: Callable[[int], Any] = importlib.import_module("_signal").getsignal
+#: signals, was half the cost of the full check. The mask likewise: signal.pthread_sigmask
+#: turns every number it returns into an enum member, a µs an item.
+_signal_module = importlib.import_module("_signal")
+_getsignal: Callable[[int], Any] = _signal_module.getsignal
+_sigmask: Callable[[int, Any], set[int]] = _signal_module.pthread_sigmask
+#: Threads started through _thread and still running, counted in C: see _Serve.threads.
+_thread_count: Callable[[], int] = importlib.import_module("_thread")._count
 
 
 class _State:  # pragma: no cover - worker only
     """What the worker was like before its first item, put back after each one.
 
-    Per item, cheaply (a few µs): the working directory (``fchdir``), the umask, the signal
-    mask, the interval timers and alarm, the environment, Python threads. After an item that
-    touched what those do not cover (an audited event: ``setrlimit``, ``putenv``, ``open``,
-    ``ctypes``, a fork), or that ran for over a millisecond, and every 64th item: the
-    resource limits, every signal handler Python knows, the descriptors, fds 0-2 and the
-    threads the kernel counts. What cannot be put back (a thread left running, a hard limit
-    lowered, more than 32 new descriptors, fd 1 or 2 pointed elsewhere) retires the worker
-    once its answer is written; the items queued behind go to a fresh one.
+    Per item, cheaply (a few system calls, no /proc): the working directory (``fchdir``,
+    after an item that left it), the umask, the signal mask, the alarm, Python threads. After
+    an item that touched what those do not cover (an audited event: ``setrlimit``, ``putenv``,
+    ``open``, ``ctypes``, a fork), or that ran for over a millisecond, and every 64th item:
+    the environment, the resource limits, the interval timers, every signal handler Python
+    knows, the descriptors, fds 0-2 and the threads the kernel counts. What cannot be put back
+    (a thread left running, a hard limit lowered, more than 32 new descriptors, fd 1 or 2
+    pointed elsewhere) retires the worker once its answer is written; the items queued behind
+    go to a fresh one.
     """
 
     def __init__(self, own_fds: list[int]) -> None:
         self.cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.cwd_path = _getcwd()
+        #: The item changed directory through Python (an audited os.chdir or os.fchdir).
+        self.moved = False
         self.umask = os.umask(0o022)
         os.umask(self.umask)
-        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+        self.mask = _sigmask(signal.SIG_BLOCK, ())
         self.environ = dict(os.environ._data)  # type: ignore[attr-defined]
         self.limits = {
             number: resource.getrlimit(number)
@@ -190,26 +206,27 @@ class _State:  # pragma: no cover - worker only
         self.stdio = [_identity(fd) for fd in (1, 2)]
         self.dirty = False
         self.count = 0
-        sys.addaudithook(self._audit)
+        sys.addaudithook(_audit_hook(self))
 
-    def _audit(self, event: str, _: tuple[Any, ...]) -> None:
-        if event in _AUDITED:
-            self.dirty = True
+    def clean(self, wall: float, alone: bool) -> bool:
+        """Put back what the last item changed; False when the worker must be replaced.
 
-    def clean(self, wall: float) -> bool:
-        """Put back what the last item changed; False when the worker must be replaced."""
-        os.fchdir(self.cwd)
+        ``alone``: no Python thread but this one is running.
+        """
+        # Back to the directory the worker started in, unless it is plainly still there:
+        # getcwd() is a system call no audit hook sees, where fchdir() is an audited event
+        # (0.6 µs of the hook's machinery). Python's own chdir is audited, so the path alone
+        # is trusted only after an item that changed directory, if at all, from C.
+        if self.moved or self.cwd_path is None or _getcwd() != self.cwd_path:
+            os.fchdir(self.cwd)
+            self.moved = False
         os.umask(self.umask)
-        if signal.pthread_sigmask(signal.SIG_SETMASK, self.mask) != self.mask:
+        if _sigmask(signal.SIG_SETMASK, self.mask) != self.mask:
             self.dirty = True
-        if signal.setitimer(signal.ITIMER_REAL, 0) != (0.0, 0.0):
+        if signal.setitimer(signal.ITIMER_REAL, 0) != _NO_TIMER:
             self.dirty = True
-        if threading.active_count() != 1:
+        if not alone:
             return False
-        if os.environ._data != self.environ:  # type: ignore[attr-defined]
-            os.environ.clear()
-            for key, value in self.environ.items():
-                os.environ[os.fsdecode(key)] = os.fsdecode(value)
         self.count += 1
         if self.dirty or wall > _FULL_AFTER_S or not self.count % _FULL_EVERY:
             clean = self._full()
@@ -218,6 +235,10 @@ class _State:  # pragma: no cover - worker only
         return True
 
     def _full(self) -> bool:
+        if os.environ._data != self.environ:  # type: ignore[attr-defined]
+            os.environ.clear()
+            for key, value in self.environ.items():
+                os.environ[os.fsdecode(key)] = os.fsdecode(value)
         for which in _ITIMERS:
             signal.setitimer(which, 0)
         for number, (soft, hard) in self.limits.items():
@@ -246,6 +267,31 @@ class _State:  # pragma: no cover - worker only
         return threads == 1 and len(opened - self.fds) <= _SPARE_FDS + 1
 
 
+def _getcwd() -> str | None:  # pragma: no cover - worker only
+    """The working directory's path; None when it has none (it was deleted, say)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def _audit_hook(state: _State) -> Callable[[str, tuple[Any, ...]], None]:  # pragma: no cover
+    """The audit hook that marks ``state`` dirty: a plain function, not a bound method.
+
+    CPython looks a hook's ``__cantrace__`` up at every audited event: on a bound method the
+    miss raises and formats an AttributeError (2 µs an event, and the worker's own ``fchdir``
+    is one each item); on a function it is a dictionary miss.
+    """
+
+    def audit(event: str, _: tuple[Any, ...]) -> None:
+        if event in _AUDITED:
+            state.dirty = True
+        elif event == "os.chdir":
+            state.moved = True
+
+    return audit
+
+
 class _Serve:  # pragma: no cover - worker only
     def __init__(
         self,
@@ -254,15 +300,19 @@ class _Serve:  # pragma: no cover - worker only
         result_w: int,
         output_r: int,
         subreaper: bool,
-        writers: list[_DroppingPipe],
+        dropped: _Dropped,
         fence: mmap.mmap,
     ) -> None:
         self.fn = fn
-        self.writers = writers
+        self.dropped = dropped
         self.task_r = task_r
         self.result_w = result_w
         self.output_r = output_r
         os.set_blocking(output_r, False)
+        #: Whether the call left output in the pipe: poll() is one system call that no audit
+        #: hook sees (an ioctl is audited).
+        self.output_poll = select.poll()
+        self.output_poll.register(output_r, select.POLLIN)
         self.subreaper = subreaper
         self.children_fd = -1
         if subreaper:
@@ -276,9 +326,16 @@ class _Serve:  # pragma: no cover - worker only
         self.cpu_mark = 0.0
         self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         self.pid = os.getpid()
+        #: Threads started through _thread (threading's too) and still running, as C counts
+        #: them: threading.active_count() takes a lock in Python, a µs an item. Compared with
+        #: the count at the start, as a fork keeps the count of the threads the parent had
+        #: (CPython 3.11 does not reset it): an item's thread left running changes it. A C
+        #: library's own thread is found by the full check, which reads the kernel's count.
+        self.threads = _thread_count()
         #: The caller writes here the index (+1) of an item it is killing at its deadline,
-        #: before it looks for that item's answer: see :meth:`_one`.
-        self.fence = fence
+        #: before it looks for that item's answer: see :meth:`_one`. Read as a native integer
+        #: through a view, without a struct call.
+        self.fence = memoryview(fence).cast("Q")
         self.state = _State([task_r, result_w, output_r, self.children_fd])
 
     def loop(self) -> None:
@@ -323,11 +380,14 @@ class _Serve:  # pragma: no cover - worker only
         if os.getpid() != self.pid:
             os._exit(0)  # a child the call forked, returning: it never answers for the worker
         wall = time.perf_counter() - start
-        leaked = self._leaked()
-        output, dropped = self._output()
-        for writer in self.writers:
-            dropped += writer.dropped
-            writer.dropped = 0
+        alone = _thread_count() == self.threads
+        leaked = self._leaked(alone)
+        output, dropped = (
+            read_bounded(self.output_r, OUTPUT_LIMIT) if self.output_poll.poll(0) else (b"", 0)
+        )
+        if self.dropped.count:
+            dropped += self.dropped.count
+            self.dropped.count = 0
         cpu_total = self.cpu_mark = time.process_time()
         # The peak only grows during an item that allocates, which takes time: a quick item
         # cannot have moved it far since the last look.
@@ -337,12 +397,11 @@ class _Serve:  # pragma: no cover - worker only
         # What this item changed that would charge the next one: put back, or retire. Before
         # the answer, which says so: the caller then knows the items queued behind never start.
         try:
-            leaving = not self.state.clean(wall)
+            leaving = not self.state.clean(wall, alone)
         except Exception:  # noqa: BLE001 - e.g. the item closed the saved cwd's descriptor
             leaving = True
-        payload = pickle_frame(frame)
         result = result_frame(
-            payload,
+            frame,
             output,
             dropped,
             index,
@@ -360,25 +419,15 @@ class _Serve:  # pragma: no cover - worker only
         # the answer (and kills nothing), or the fence is visible here now: then the items
         # queued behind this one must not start, as the kill is on its way. Retiring leaves
         # them unstarted, and the caller hands them out again.
-        if leaving or FENCE.unpack_from(self.fence)[0] == index + 1:
+        if leaving or self.fence[0] == index + 1:
             os._exit(RETIRED)
 
-    def _leaked(self) -> int:
+    def _leaked(self, alone: bool) -> int:
         """Kill what the item left running; cheap when it started nothing."""
         if not self.subreaper:
             return 0
         # Orphans re-parent to the main thread, so its children list sees every leftover
         # unless another thread forked one; then the full walk is needed.
-        if (
-            self.children_fd >= 0
-            and threading.active_count() == 1
-            and not os.pread(self.children_fd, 64, 0).strip()
-        ):
+        if alone and self.children_fd >= 0 and not os.pread(self.children_fd, 64, 0).strip():
             return 0
         return _proctree.kill_descendants(os.getpid()) + _proctree.reap_children()
-
-    def _output(self) -> tuple[bytes, int]:
-        waiting = struct.unpack("i", fcntl.ioctl(self.output_r, termios.FIONREAD, _FIONREAD_BUF))
-        if not waiting[0]:
-            return b"", 0
-        return read_bounded(self.output_r, OUTPUT_LIMIT)

@@ -169,6 +169,40 @@ def allocate(mb: int) -> int:
     return len(bytearray(mb * 1024 * 1024))
 
 
+class Fraction(float):
+    """A float subclass: it travels pickled, not as the bare float of a result frame."""
+
+
+def a_float(kind: str, pidfile: str = "") -> Any:
+    """A float result, as scorers mostly return one, in each way it may come back."""
+    if kind == "print":
+        print("scored half")
+    if kind == "leak":
+        orphan_grandchildren(1, pidfile)
+    if kind == "nan":
+        return float("nan")
+    if kind == "inf":
+        return float("-inf")
+    if kind == "zero":
+        return -0.0
+    if kind == "subclass":
+        return Fraction(0.25)
+    if kind == "int":
+        return 1
+    return 0.5
+
+
+def chdir_by(how: str, path: str) -> str:
+    """Change directory through Python, or through C where no audit hook sees it."""
+    if how == "c":
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.chdir(path.encode()) != 0:
+            raise OSError(ctypes.get_errno(), "chdir")
+    elif how == "python":
+        os.chdir(path)
+    return os.getcwd()
+
+
 def calls(log: Path) -> list[str]:
     return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
 
@@ -218,6 +252,76 @@ def test_every_item_once_in_order_with_its_own_status(tmp_path: Path, launch: La
             assert out.stuck_at[2] == "score"
     # Scored exactly once each: nothing lost, nothing run twice after a kill or a crash.
     assert sorted(calls(Path(log))) == sorted(f"item{i}" for i in range(len(actions)))
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_float_comes_back_as_itself_whatever_comes_with_it(
+    tmp_path: Path, launch: Launch
+) -> None:
+    # A plain float travels in the result frame itself; with output, leftovers or as anything
+    # else, the outcome says the same as for any other value.
+    pidfile = str(tmp_path / "pids")
+    kinds = ["plain", "print", "leak", "nan", "inf", "zero", "subclass", "int", "plain"]
+    with launch.pool(a_float, workers=1, budget=BUDGET, objects=True) as pool:
+        outs = pool.map([(kind, pidfile) for kind in kinds])
+    assert all(o.ok for o in outs), [o.describe() for o in outs]
+    plain, printed, leaked, nan, inf, zero, subclass, integer, again = outs
+    for out in (plain, printed, leaked, again):
+        assert (out.value, type(out.value)) == (0.5, float)
+    assert (printed.output, printed.leaked) == ("scored half\n", 0)
+    assert (leaked.output, leaked.leaked) == ("", 1)
+    assert (again.output, again.leaked) == ("", 0)
+    assert nan.value != nan.value
+    assert (inf.value, zero.value, str(zero.value)) == (float("-inf"), 0.0, "-0.0")
+    assert (type(subclass.value).__name__, subclass.value) == ("Fraction", 0.25)
+    assert (type(integer.value), integer.value) == (int, 1)
+    for out in outs:
+        assert (out.error, out.exception, out.stack, out.budget) == (None, None, None, BUDGET)
+        assert 0 < out.wall_s < BUDGET
+        assert out.cpu_s >= 0
+        assert out.max_rss_mb > 0
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_the_next_item_starts_in_the_workers_directory(tmp_path: Path, launch: Launch) -> None:
+    # The worker trusts the path of its directory only where Python's audited chdir did not
+    # run; a chdir from C changes the path, and is undone all the same.
+    elsewhere = str(tmp_path)
+    stay = ("stay", "")
+    items = [stay, ("c", elsewhere), stay, ("python", elsewhere), stay, ("c", elsewhere), stay]
+    with launch.pool(chdir_by, workers=1, budget=BUDGET) as pool:
+        outs = pool.map(items)
+    assert all(o.ok for o in outs), [o.describe() for o in outs]
+    start = outs[0].value
+    assert start != elsewhere
+    assert [o.value for o in outs] == [start, elsewhere] * 3 + [start]
+
+
+def test_the_quick_outcome_is_an_outcome_like_any_other() -> None:
+    # What the pool builds for an OK answer without its dataclass __init__ (see ok_outcome)
+    # is the very object that __init__ builds: every field, equality, hash, repr, pickle.
+    import dataclasses
+    import pickle
+
+    from pytest_rewardhang.guard._outcome import Containment, Mechanism, ok_outcome
+
+    quick = ok_outcome(0.5, 0.001, 0.002, 12.5, 2.0, Mechanism.FORK, Containment.SUBREAPER)
+    made = Outcome(
+        Status.OK,
+        0.5,
+        wall_s=0.001,
+        cpu_s=0.002,
+        max_rss_mb=12.5,
+        budget=2.0,
+        containment=Containment.SUBREAPER,
+    )
+    assert type(quick) is Outcome
+    for field in dataclasses.fields(Outcome):
+        assert getattr(quick, field.name) == getattr(made, field.name), field.name
+    assert (quick, hash(quick), repr(quick)) == (made, hash(made), repr(made))
+    assert pickle.loads(pickle.dumps(quick)) == made
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        quick.value = 1.0  # type: ignore[misc]
 
 
 @pytest.mark.usefixtures("no_leaks")
