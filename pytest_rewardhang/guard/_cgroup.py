@@ -116,6 +116,7 @@ _open: set[int] = set()
 
 def _forget() -> None:  # a forked child makes a folder (and a keeper) of its own, if it needs one
     _home.clear()
+    _joined.clear()
     _keeper.clear()
     _pending.clear()
 
@@ -294,6 +295,42 @@ def join(procs: int) -> bool:
     return True
 
 
+#: The group this guarded process joined (:meth:`Group.join`), once it has.
+_joined: list[Group] = []
+
+
+def kill_strays() -> int:
+    """In a guarded process (a pool worker) between items: SIGKILL every other living process
+    of its group, which its item left outside its subtree (the ``prctl`` escape); how many.
+
+    Each is signalled through a pidfd taken before it is checked to be in the group still, so
+    a pid reused meanwhile by a process elsewhere is never signalled.
+    """
+    if not _joined:
+        return 0
+    group, me = _joined[0], os.getpid()
+    where = "0::/" + os.path.relpath(group.path, _mount() or "/")
+    killed = 0
+    for pid in group.members():
+        if pid == me or not _proctree.alive(pid):
+            continue
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            with open(f"/proc/{pid}/cgroup") as f:
+                if not any(line.startswith(where) for line in f.read().splitlines()):
+                    continue
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            killed += 1
+        except OSError:
+            continue
+        finally:
+            os.close(pidfd)
+    return killed
+
+
 def close_inherited() -> None:
     """In a guarded process just forked, once it has joined its group: close the descriptors of
     its parent's groups, through which its call could move a process into another call's group,
@@ -338,6 +375,13 @@ class Group:
             return None
         _open.add(procs)
         return cls(path, procs)
+
+    def join(self) -> bool:
+        """Move the calling process (just forked) into the group, and remember it as its own."""
+        if not join(self.procs):
+            return False
+        _joined[:] = [self]
+        return True
 
     def members(self) -> list[int]:
         """The pids in the group and every group below it (a nested guard's, or the call's)."""

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _proctree
+from . import _cgroup, _proctree
 from ._child import call, setup_child
 from ._outcome import Status
 from ._wire import (
@@ -136,6 +136,10 @@ def _never_blocking_stdio() -> _Dropped:  # pragma: no cover - worker only
 #: Events after which an item's full check runs (see :class:`_State`): what may change the
 #: process state that a cheap per-item comparison does not see. ``os.putenv`` and
 #: ``os.unsetenv`` are how ``os.environ`` changes (its every write and delete calls one).
+def _no_strays() -> int:  # pragma: no cover - worker only
+    return 0
+
+
 _AUDITED = frozenset(
     {
         "resource.setrlimit",
@@ -426,8 +430,11 @@ class _Serve:  # pragma: no cover - worker only
         """Kill what the item left running; cheap when it started nothing."""
         if not self.subreaper:
             return 0
+        # An item that forked or called C (audited events) may have left a process outside
+        # its subtree (the prctl escape): what else is in the worker's group is its too.
+        strays = _cgroup.kill_strays if self.state.dirty else _no_strays
         # Orphans re-parent to the main thread, so its children list sees every leftover
         # unless another thread forked one; then the full walk is needed.
         if alone and self.children_fd >= 0 and not os.pread(self.children_fd, 64, 0).strip():
-            return 0
-        return _proctree.kill_descendants(os.getpid()) + _proctree.reap_children()
+            return strays()
+        return _proctree.kill_descendants(os.getpid()) + _proctree.reap_children() + strays()

@@ -138,8 +138,9 @@ def _resolve(target: tuple[Any, ...]) -> Callable[..., Any]:  # pragma: no cover
         return load_callable(f"{path}:{qualname}")
 
 
-#: How often the zygote looks for exited orphans while some are still exiting.
+#: How often the zygote looks for exited orphans while some are still exiting, and otherwise.
 _EXITING_POLL_MS = 10
+_SWEEP_MS = 1000
 
 
 class _Zygote:  # pragma: no cover - zygote only
@@ -174,10 +175,14 @@ class _Zygote:  # pragma: no cover - zygote only
         self.poller.register(caller_pidfd, select.POLLIN)
 
     def loop(self) -> None:
+        swept = time.monotonic()
         while True:
-            events = self.poller.poll(_EXITING_POLL_MS if self.exiting else None)
-            if self.exiting:
+            events = self.poller.poll(_EXITING_POLL_MS if self.exiting else _SWEEP_MS)
+            if self.exiting or time.monotonic() - swept >= _SWEEP_MS / 1000:
+                # Orphans a worker killed between its items (its group's strays) come to us
+                # too, and nothing tells us when: looked for every second.
                 self.exiting = _proctree.reap_exited(self._spare())
+                swept = time.monotonic()
             for fd, _ in events:
                 if fd == self.caller_pidfd:
                     return self.shutdown()
@@ -206,7 +211,7 @@ class _Zygote:  # pragma: no cover - zygote only
         pid = os.fork()
         if pid == 0:
             try:
-                if group is not None and not _cgroup.join(group.procs):
+                if group is not None and not group.join():
                     os._exit(70)  # the caller sees a worker that died at once
                 os.close(self.sock.fileno())
                 os.close(self.caller_pidfd)

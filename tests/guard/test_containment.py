@@ -28,7 +28,7 @@ from pytest_rewardhang.guard import (
     _proctree,
     run,
 )
-from tests.conftest import children, dead_or_dying, state
+from tests.conftest import assert_dead, children, dead_or_dying, state
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -454,3 +454,21 @@ def test_a_killed_fork_storm_is_reaped_while_the_pool_goes_on(tmp_path: Path) ->
         dying = {pid: state(pid) for pid in children(zygote) if dead_or_dying(pid)}
         assert not dying, "a dead worker's orphans were not reaped"
         assert len(children(zygote)) <= 3  # the workers, a PID namespace's init
+
+
+def test_a_workers_escapee_is_killed_and_counted_after_its_item(tmp_path: Path) -> None:
+    # Under cgroups the worker finds, after an item that forked or called C, what else is in
+    # its group: the escapee cannot charge the items after it.
+    if _contain.containment() is not Containment.CGROUP:
+        pytest.skip("cgroups only: a PID namespace is swept when a worker ends")
+    (tmp_path / "attacks.py").write_text(_ATTACKS)
+    path = tmp_path / "pids"
+    with Pool(f"{tmp_path / 'attacks.py'}:escape", budget=10, workers=1) as pool:
+        (out,) = pool.map([(str(path),)])
+        assert out.ok, out.describe()
+        pids = _await_pids(path, 2)  # the worker, the escaped sleeper
+        assert out.leaked == 1, out.describe()
+        assert_dead(pids[1:])
+        (after,) = pool.map([(str(tmp_path / "more"),)])
+        assert after.ok, after.describe()  # the same worker goes on
+        assert after.leaked == 1, after.describe()
