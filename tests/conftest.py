@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -80,6 +84,47 @@ def assert_dead(pids: list[int]) -> None:
     while time.monotonic() < deadline and any(state(pid) is not None for pid in pids):
         time.sleep(0.01)
     assert all(state(pid) is None for pid in pids), "zombies left behind"
+
+
+def kill_everything_below(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL ``proc`` and every descendant (setsid ones too: found before the kill)."""
+    found, frontier = [proc.pid], [proc.pid]
+    while frontier:
+        with contextlib.suppress(OSError):
+            for pid in children(frontier.pop()):
+                found.append(pid)
+                frontier.append(pid)
+    for signum in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: nothing forks meanwhile
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+    proc.communicate()
+
+
+def sigint_storm(args: list[str], stop: Path, timeout: float) -> tuple[int, str, str]:
+    """Run ``python -c`` ``args``, a caller that prints "ready" and then calls the guard in a
+    loop until ``stop`` exists; send it SIGINT every millisecond for 3 s, then create ``stop``.
+    Its exit code, stdout and stderr; it and all below it are killed if it does not end."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            os.kill(proc.pid, signal.SIGINT)
+            time.sleep(0.001)
+        stop.touch()
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            kill_everything_below(proc)
+    return proc.returncode, out, err
 
 
 @pytest.fixture(scope="session", autouse=True)

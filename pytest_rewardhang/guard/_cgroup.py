@@ -124,14 +124,17 @@ def _forget() -> None:  # a forked child makes a folder (and a keeper) of its ow
 os.register_at_fork(after_in_child=_forget)
 
 
+def _lines(path: str) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+
+
 def _mount() -> str | None:
     """Where the cgroup v2 hierarchy is mounted (``/sys/fs/cgroup``, or ``.../unified``)."""
-    try:
-        with open("/proc/self/mountinfo", "rb") as f:
-            lines = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
-    for line in lines:
+    for line in _lines("/proc/self/mountinfo"):
         # "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE ..."
         fields = line.split()
         if "-" not in fields:
@@ -144,12 +147,7 @@ def _mount() -> str | None:
 
 def _own() -> str | None:
     """This process's cgroup v2 path, as ``/proc/self/cgroup`` names it."""
-    try:
-        with open("/proc/self/cgroup", "rb") as f:
-            lines = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
-    for line in lines:
+    for line in _lines("/proc/self/cgroup"):
         if line.startswith("0::"):
             return line[3:]
     return None
@@ -319,9 +317,8 @@ def kill_strays() -> int:
         except OSError:
             continue
         try:
-            with open(f"/proc/{pid}/cgroup") as f:
-                if not any(line.startswith(where) for line in f.read().splitlines()):
-                    continue
+            if not any(_below(line, where) for line in _lines(f"/proc/{pid}/cgroup")):
+                continue
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             killed += 1
         except OSError:
@@ -339,6 +336,11 @@ def close_inherited() -> None:
         with contextlib.suppress(OSError):
             os.close(fd)
     _open.clear()
+
+
+def _below(line: str, where: str) -> bool:
+    """Whether a ``/proc/PID/cgroup`` line names the group ``where`` or one below it."""
+    return line == where or line.startswith(where + "/")
 
 
 class Group:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from pytest_rewardhang.guard import Containment, Pool, Status, _cgroup, _contain, run
-from tests.conftest import children, state
+from tests.conftest import children, sigint_storm, state
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -593,28 +593,9 @@ print(json.dumps({{"calls": calls, "interrupted": interrupted, "kids": sorted(ch
 def test_a_sigint_storm_leaves_no_group_process_or_descriptor(tmp_path: Path) -> None:
     stop, path = tmp_path / "stop", tmp_path / "pids"
     script = _STORM.format(root=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script, str(stop), str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-        end = time.monotonic() + 3
-        while time.monotonic() < end:
-            os.kill(proc.pid, signal.SIGINT)
-            time.sleep(0.001)
-        stop.touch()
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    returncode, out, err = sigint_storm([script, str(stop), str(path)], stop, timeout=60)
     pids = [int(word) for word in path.read_text().split()] if path.exists() else []
-    assert proc.returncode == 0, err
+    assert returncode == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     assert result["interrupted"] > 0, result
     assert result["kids"] == [], result

@@ -7,7 +7,6 @@ hang must end); lateness is measured in ``benchmarks/bench_lateness.py``.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
@@ -26,7 +25,7 @@ import pytest
 import pytest_rewardhang
 from pytest_rewardhang.guard import CallFailed, Pool, Status, guarded, run
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL, decode
-from tests.conftest import children, pipes, state
+from tests.conftest import kill_everything_below, pipes, sigint_storm, state
 
 #: Where the package under test is imported from, for the subprocesses.
 ROOT = str(Path(pytest_rewardhang.__file__).resolve().parents[1])
@@ -83,21 +82,6 @@ def in_subprocess(body: str, timeout: float = 30) -> dict[str, Any]:
         pytest.fail(f"the caller hung for {timeout} s")
     assert proc.returncode == 0, err
     return dict(json.loads(out.strip().splitlines()[-1]))
-
-
-def kill_everything_below(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL ``proc`` and every descendant (setsid ones too: found before the kill)."""
-    found, frontier = [proc.pid], [proc.pid]
-    while frontier:
-        with contextlib.suppress(OSError):
-            for pid in children(frontier.pop()):
-                found.append(pid)
-                frontier.append(pid)
-    for signum in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: nothing forks meanwhile
-        for pid in found:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
-    proc.communicate()
 
 
 # --- 1. control comes back -------------------------------------------------------------------
@@ -597,27 +581,11 @@ def test_a_sigint_storm_leaves_no_process_zombie_or_descriptor() -> None:
         """
     )
     stop = Path(tempfile.gettempdir()) / f"stop-{os.getpid()}-{time.monotonic_ns()}"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script, str(stop)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
     try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-        end = time.monotonic() + 3
-        while time.monotonic() < end:
-            os.kill(proc.pid, signal.SIGINT)
-            time.sleep(0.001)
-        stop.touch()
-        out, err = proc.communicate(timeout=30)
+        returncode, out, err = sigint_storm([script, str(stop)], stop, timeout=30)
     finally:
-        if proc.poll() is None:
-            kill_everything_below(proc)
         stop.unlink(missing_ok=True)
-    assert proc.returncode == 0, err
+    assert returncode == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     assert result["interrupted"] > 0, result
     assert result["kids"] == [], result
