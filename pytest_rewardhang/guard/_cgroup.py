@@ -350,6 +350,8 @@ class Group:
         self.path = path
         #: ``cgroup.procs`` opened for writing: the forked process joins through it.
         self.procs = procs
+        #: Whether :meth:`strike` has been.
+        self.killed = False
 
     @classmethod
     def make(cls, *, capped: bool = True) -> Group | None:
@@ -422,14 +424,14 @@ class Group:
             time.sleep(min(pause, left))
             pause = min(pause * 2, 0.002)
 
-    def kill(self, spare: int = 0) -> int:
-        """SIGKILL everything in the group at once; how many of its living members were not
-        ``spare`` (those a kill before this one reached are dead already, not counted).
+    def stop(self, spare: int = 0) -> int:
+        """Freeze the group, so that nothing in it runs (or forks) any more; how many of its
+        living members were not ``spare`` (those a kill before this one reached are dead
+        already, not counted). Bounded: a task in a vfork wait never freezes.
 
-        Frozen first, so that nothing forks while it is counted; the others go to nice 19 before
-        the kill, as :func:`._proctree.kill_descendants` does: a hundred forks of a large caller
-        tearing down at once would hold up the exit of ``spare`` (the guarded process), which
-        the caller waits for.
+        The others go to nice 19 for their teardown, as :func:`._proctree.kill_descendants`
+        does: a hundred forks of a large caller tearing down at once would hold up the exit of
+        ``spare`` (the guarded process), which the caller waits for.
         """
         if not self.members():
             return 0
@@ -440,7 +442,18 @@ class Group:
             if pid != spare and _proctree.alive(pid):
                 living += 1
                 _proctree.demote(pid)
+        return living
+
+    def strike(self) -> None:
+        """SIGKILL everything in the group at once. Nothing can join it after that: a process
+        with SIGKILL pending forks nothing."""
         self._write("cgroup.kill", b"1")
+        self.killed = True
+
+    def kill(self, spare: int = 0) -> int:
+        """:meth:`stop`, then :meth:`strike`; how many it counted."""
+        living = self.stop(spare)
+        self.strike()
         return living
 
     def close(self, until: float) -> int:
@@ -452,7 +465,9 @@ class Group:
         _open.discard(self.procs)
         os.close(self.procs)
         self.procs = -1
-        leaked = self.kill()
+        # Once struck, counted already: what is left is dying (and one that has just taken
+        # its SIGKILL off its pending set would look alive for a moment).
+        leaked = 0 if self.killed else self.kill()
         if not _remove(self.path, until):
             _pending.append(self.path)
         return leaked

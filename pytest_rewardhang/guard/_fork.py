@@ -244,15 +244,23 @@ class _Call:
         return self.pidfds[0] if self.pidfds else None
 
     def _kill_and_reap(self, timeout: float) -> tuple[int, int, resource.struct_rusage | None]:
-        """Kill the child and all below it, and reap it within ``timeout``: in one write where
-        it has a cgroup (whose emptying :meth:`_cgroup.Group.close` awaits), else by a walk."""
+        """Kill the child and all below it, and reap it within ``timeout``: where it has a
+        cgroup, the group is frozen, the child killed and reaped, then the rest killed in one
+        write (their emptying :meth:`_cgroup.Group.close` awaits); else by a walk.
+
+        The child goes first, the rest held frozen meanwhile: a hundred forks of a large
+        caller tearing down beside it, sharing its memory, held its own teardown up past the
+        deadline's bound on a busy machine, and it would be left unreaped.
+        """
         pid = self.forked[0]
         if self.group is None:
             return _proctree.kill_and_reap(pid, self._pidfd(), timeout)
-        leaked = self.group.kill(spare=pid)
-        # And the child itself: a call may have moved it out of its group.
+        leaked = self.group.stop(spare=pid)
+        # By its pidfd, not through the group: a call may have moved it out of it.
         _proctree.signal_child(pid, self._pidfd(), signal.SIGKILL)
-        return (leaked, *_proctree.reap_within(pid, self._pidfd(), timeout))
+        reaped = _proctree.reap_within(pid, self._pidfd(), timeout)
+        self.group.strike()
+        return (leaked, *reaped)
 
     def wait(self) -> Outcome:
         pid = self.forked[0]
