@@ -342,7 +342,9 @@ def test_bounded_fork_storm_is_killed(tmp_path: Path) -> None:
         while True:
             time.sleep(1)
 
-    out = timed(storm, budget=1.0)
+    # A budget the whole storm is forked within, on a busy machine too (beside a CPU burner, on
+    # a slow VM, a second was not always enough): the kill, not the forking, is under test.
+    out = timed(storm, budget=4.0)
     assert out.status is Status.TIMEOUT
     pids = [int(p) for p in pidfile.read_text().split()]
     assert len(pids) == 2**7 - 1
