@@ -438,7 +438,7 @@ class Group:
         if self._write("cgroup.freeze", b"1"):
             self._await_frozen(FREEZE_WAIT_S)
         living = 0
-        for pid in self.members():
+        for pid in self.members():  # again, frozen: what forked meanwhile is there too
             if pid != spare and _proctree.alive(pid):
                 living += 1
                 _proctree.demote(pid)

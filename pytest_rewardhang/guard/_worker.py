@@ -136,10 +136,6 @@ def _never_blocking_stdio() -> _Dropped:  # pragma: no cover - worker only
 #: Events after which an item's full check runs (see :class:`_State`): what may change the
 #: process state that a cheap per-item comparison does not see. ``os.putenv`` and
 #: ``os.unsetenv`` are how ``os.environ`` changes (its every write and delete calls one).
-def _no_strays() -> int:  # pragma: no cover - worker only
-    return 0
-
-
 _AUDITED = frozenset(
     {
         "resource.setrlimit",
@@ -432,9 +428,11 @@ class _Serve:  # pragma: no cover - worker only
             return 0
         # An item that forked or called C (audited events) may have left a process outside
         # its subtree (the prctl escape): what else is in the worker's group is its too.
-        strays = _cgroup.kill_strays if self.state.dirty else _no_strays
+        # Taken first: the walk's own reads of /proc are audited events too.
+        escapable = self.state.dirty
         # Orphans re-parent to the main thread, so its children list sees every leftover
         # unless another thread forked one; then the full walk is needed.
-        if alone and self.children_fd >= 0 and not os.pread(self.children_fd, 64, 0).strip():
-            return strays()
-        return _proctree.kill_descendants(os.getpid()) + _proctree.reap_children() + strays()
+        leaked = 0
+        if not (alone and self.children_fd >= 0 and not os.pread(self.children_fd, 64, 0).strip()):
+            leaked = _proctree.kill_descendants(os.getpid()) + _proctree.reap_children()
+        return leaked + (_cgroup.kill_strays() if escapable else 0)
