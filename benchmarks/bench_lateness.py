@@ -92,14 +92,23 @@ QUICK = Plan(run_reps=2, pool_maps=2, hangs_per_map=2, stuck_after_s=3.0)
 # --- processes -------------------------------------------------------------------------------
 
 
-def kill_pending(pid: int) -> bool:
-    """SIGKILL already sent to ``pid`` but not yet acted on: killed, not yet dead."""
+#: ``/proc/PID/stat``'s flag for a process in ``do_exit()``: it never runs its own code again.
+_PF_EXITING = 0x4
+
+
+def killed(pid: int) -> bool:
+    """Killed, not yet dead: SIGKILL sent to ``pid`` but not yet acted on, or acted on and the
+    kernel still tearing the process down (it has taken the signal off its pending set)."""
     bit = 1 << (signal.SIGKILL - 1)
     try:
         with open(f"/proc/{pid}/status") as f:
             fields = dict(line.split(":", 1) for line in f if ":" in line)
-        return bool((int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)) & bit)
-    except (OSError, KeyError, ValueError):
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        flags = int(stat[stat.rindex(b")") + 2 :].split()[6])
+        pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+        return bool(pending & bit or flags & _PF_EXITING)
+    except (OSError, KeyError, ValueError, IndexError):
         return False
 
 
@@ -136,10 +145,10 @@ def _leftovers(tag: str, *, hangs_only: bool) -> dict[str, int]:
         ]
         if hangs_only:
             zombies = [p for p in zombies if p.comm == lateness_scorers.HANG_NAME]
-        pending = sum(kill_pending(p.pid) for p in running)
-        return len(running), pending, len(zombies)
+        dying = sum(killed(p.pid) for p in running)
+        return len(running), dying, len(zombies)
 
-    running, pending, zombies = count()
+    running, dying, zombies = count()
     later = (0, 0, 0)
     if running or zombies:
         time.sleep(RECHECK_S)
@@ -147,7 +156,7 @@ def _leftovers(tag: str, *, hangs_only: bool) -> dict[str, int]:
     kill_tagged(tag, frozenset({me}), hangs_only=hangs_only)
     return {
         "running": running,
-        "kill_pending": pending,
+        "killed": dying,
         "zombies": zombies,
         "running_later": later[0],
     }
@@ -224,11 +233,11 @@ class Measured:
     fast_statuses: dict[str, int] = field(default_factory=dict)
     reps: int = 0
     running: int = 0
-    #: Of the most ``running`` seen: how many had a SIGKILL pending (killed, not yet dead).
-    kill_pending: int = 0
+    #: Of the most ``running`` seen: how many were killed, not yet dead (see :func:`killed`).
+    killed: int = 0
     zombies: int = 0
     running_later: int = 0
-    #: The most processes of a hang left able to run code (no SIGKILL pending) in one rep.
+    #: The most processes of a hang left able to run code (not :func:`killed`) in one rep.
     alive: int = 0
     raised: list[str] = field(default_factory=list)
     close: dict[str, float] | None = None
@@ -321,8 +330,8 @@ def measure(mode: str, kind: str, plan: Plan) -> Measured:
 def _add(result: Measured, report: dict[str, Any]) -> None:
     result.reps += 1
     if report["running"] >= result.running:
-        result.running, result.kill_pending = report["running"], report["kill_pending"]
-    result.alive = max(result.alive, report["running"] - report["kill_pending"])
+        result.running, result.killed = report["running"], report["killed"]
+    result.alive = max(result.alive, report["running"] - report["killed"])
     result.zombies = max(result.zombies, report["zombies"])
     result.running_later = max(result.running_later, report["running_later"])
     if "raised" in report:
@@ -372,8 +381,7 @@ def left_cell(run_result: Measured, pool_result: Measured) -> str:
         text = f"{label} {r.running}"
         if r.running:
             text += (
-                f" ({r.kill_pending} with SIGKILL pending; {r.running_later} alive"
-                f" {RECHECK_S:g} s later)"
+                f" ({r.killed} killed, not yet dead; {r.running_later} alive {RECHECK_S:g} s later)"
             )
         if r.zombies:
             text += f", {r.zombies} zombie(s)"
@@ -402,8 +410,8 @@ def verdict(run_result: Measured, pool_result: Measured, plan: Plan) -> str:
             misses.append(f"{label} raised")
         elif r.late_ms and p99(r.late_ms) > TARGET_LATE_MS:
             misses.append(f"{label} p99 +{p99(r.late_ms):.0f} ms")
-        # Killed (SIGKILL pending) is not running: such a process runs no code of its own,
-        # and the kernel may still be tearing it down; it must be gone soon after, though.
+        # Killed (SIGKILL pending, or exiting) is not running: such a process runs no code of
+        # its own, and the kernel may still be tearing it down; it must be gone soon after.
         if r.alive or r.running_later:
             misses.append(f"{label} left {max(r.alive, r.running_later)} running")
     if pool_result.map_over_ideal_ms:
@@ -525,9 +533,10 @@ def main() -> int:
         f"map p99 over ideal <= {TARGET_LATE_MS:g} ms per round, nothing left running. "
         f"Left running: the most processes of the hang still alive when control came back, in "
         f"any one repetition (for Pool: the hang's processes, not the pool's own workers), how "
-        f"many of them had a SIGKILL pending (killed but not yet dead), the most alive "
+        f"many of them were killed but not yet dead (SIGKILL pending, or taken and the kernel "
+        f"tearing the process down: `PF_EXITING`), the most alive "
         f"{RECHECK_S:g} s later, zombies; close: everything left after `Pool.close()`. The "
-        f"target counts a process with SIGKILL pending as killed, not running (it runs no code "
+        f"target counts a killed process as killed, not running (it runs no code "
         f"of its own while the kernel tears it down), and none may be alive {RECHECK_S:g} s "
         f"later."
     )

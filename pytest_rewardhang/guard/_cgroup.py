@@ -424,6 +424,11 @@ class Group:
             time.sleep(min(pause, left))
             pause = min(pause * 2, 0.002)
 
+    def freeze(self) -> None:
+        """Start freezing the group without waiting for it (:meth:`stop` waits), so that
+        several groups freeze at once."""
+        self._write("cgroup.freeze", b"1")
+
     def stop(self, spare: int = 0) -> int:
         """Freeze the group, so that nothing in it runs (or forks) any more; how many of its
         living members were not ``spare`` (those a kill before this one reached are dead

@@ -172,6 +172,9 @@ class _Zygote:  # pragma: no cover - zygote only
         self.exiting = 0
         self.poller = select.poll()
         self.poller.register(sock.fileno(), select.POLLIN)
+        #: Whether another message waits.
+        self.inbox = select.poll()
+        self.inbox.register(sock.fileno(), select.POLLIN)
         self.poller.register(caller_pidfd, select.POLLIN)
 
     def loop(self) -> None:
@@ -187,25 +190,55 @@ class _Zygote:  # pragma: no cover - zygote only
                 if fd == self.caller_pidfd:
                     return self.shutdown()
                 if fd == self.sock.fileno():
-                    try:
-                        message, fds, _, _ = socket.recv_fds(
-                            self.sock, MESSAGE_LIMIT, len(PIPE_ROLES)
-                        )
-                    except ConnectionError:
-                        message, fds = b"", []
-                    if not message or message[:1] == MSG_QUIT:
-                        for extra in fds:
-                            os.close(extra)
+                    if not self.orders():
                         return self.shutdown()
-                    if message[:1] == MSG_FORK:
-                        self.fork(WID.unpack_from(message, 1)[0], fds)
-                    elif message[:1] == MSG_KILL:
-                        self.kill(WID.unpack_from(message, 1)[0])
                 elif fd in self.by_pidfd:
                     wid = self.by_pidfd[fd]
                     self.reap(wid, self.killed.pop(wid, 0))
 
-    def fork(self, wid: int, fds: list[int]) -> None:
+    def orders(self) -> bool:
+        """Carry out every message waiting from the caller; False when it says to go.
+
+        Taken all at once, because the caller asks at one deadline check for several kills
+        and their replacements: every group to kill is frozen first (then none of them takes
+        the CPU from us or the new workers), the replacements are forked next, and only then
+        is each frozen group counted and killed. One at a time, fifty busy forks in each of two
+        workers held the replacements back by the two freezes.
+        """
+        kills: list[int] = []
+        forks: list[tuple[int, list[int]]] = []
+        while True:
+            try:
+                message, fds, _, _ = socket.recv_fds(self.sock, MESSAGE_LIMIT, len(PIPE_ROLES))
+            except ConnectionError:
+                message, fds = b"", []
+            if not message or message[:1] == MSG_QUIT:
+                for extra in fds + [fd for _, order in forks for fd in order]:
+                    os.close(extra)
+                return False
+            if message[:1] == MSG_FORK:
+                forks.append((WID.unpack_from(message, 1)[0], fds))
+            elif message[:1] == MSG_KILL:
+                kills.append(WID.unpack_from(message, 1)[0])
+            if not self.inbox.poll(0):  # (recv_fds ignores MSG_DONTWAIT before Python 3.13)
+                break
+        # Said first: killing a fork storm takes a while, and a zygote busy killing is not
+        # stuck (the caller replaces a zygote that does not answer a kill in time).
+        for wid in kills:
+            with contextlib.suppress(OSError):
+                self.sock.send(MSG_KILLED + WID.pack(wid))
+            if wid in self.groups and wid not in self.killed:
+                self.groups[wid].freeze()
+        for n, (wid, fds) in enumerate(forks):
+            # The later orders' pipes are open here already: not the business of this worker
+            # (an item writing garbage on every pipe it holds would hit its neighbour's).
+            self.fork(wid, fds, [fd for _, later in forks[n + 1 :] for fd in later])
+        for wid in kills:
+            self.kill(wid)
+        return True
+
+    def fork(self, wid: int, fds: list[int], others: list[int]) -> None:
+        """Fork worker ``wid`` on pipes ``fds``; ``others``: descriptors it must not hold."""
         parent = os.getpid()
         group = _contain.group() if self.namespace is None else None
         pid = os.fork()
@@ -215,6 +248,8 @@ class _Zygote:  # pragma: no cover - zygote only
                     os._exit(70)  # the caller sees a worker that died at once
                 os.close(self.sock.fileno())
                 os.close(self.caller_pidfd)
+                for fd in others:
+                    os.close(fd)
                 for pidfd in self.by_pidfd:
                     os.close(pidfd)
                 _cgroup.close_inherited()
@@ -234,14 +269,7 @@ class _Zygote:  # pragma: no cover - zygote only
         socket.send_fds(self.sock, [MSG_FORKED + SPAWNED.pack(wid, pid)], [pidfd])
 
     def kill(self, wid: int) -> None:
-        """Kill a worker's tree; it is reaped when its pidfd fires, so a fork can go first.
-
-        Says so at once, whether or not the worker was still there: the caller replaces a
-        zygote that does not answer a kill in time (stopped, say, by an item).
-        """
-        # Said first: killing a fork storm takes a while, and a zygote busy killing is not stuck.
-        with contextlib.suppress(OSError):
-            self.sock.send(MSG_KILLED + WID.pack(wid))
+        """Kill a worker's tree, if it is still there; it is reaped when its pidfd fires."""
         if wid in self.workers and wid not in self.killed:
             pid, pidfd = self.workers[wid]
             group = self.groups.get(wid)
