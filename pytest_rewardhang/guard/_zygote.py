@@ -203,7 +203,8 @@ class _Zygote:  # pragma: no cover - zygote only
         and their replacements: every group to kill is frozen first (then none of them takes
         the CPU from us or the new workers), the replacements are forked next, and only then
         is each frozen group counted and killed. One at a time, fifty busy forks in each of two
-        workers held the replacements back by the two freezes.
+        workers held the replacements back by the two freezes. Without cgroups each kill
+        comes first, whole, as it did.
         """
         kills: list[int] = []
         forks: list[tuple[int, list[int]]] = []
@@ -224,16 +225,20 @@ class _Zygote:  # pragma: no cover - zygote only
                 break
         # Said first: killing a fork storm takes a while, and a zygote busy killing is not
         # stuck (the caller replaces a zygote that does not answer a kill in time).
+        frozen = []
         for wid in kills:
             with contextlib.suppress(OSError):
                 self.sock.send(MSG_KILLED + WID.pack(wid))
             if wid in self.groups and wid not in self.killed:
                 self.groups[wid].freeze()
+                frozen.append(wid)
+            else:  # no group to freeze: its kill stops the tree first thing anyway
+                self.kill(wid)
         for n, (wid, fds) in enumerate(forks):
             # The later orders' pipes are open here already: not the business of this worker
             # (an item writing garbage on every pipe it holds would hit its neighbour's).
             self.fork(wid, fds, [fd for _, later in forks[n + 1 :] for fd in later])
-        for wid in kills:
+        for wid in frozen:
             self.kill(wid)
         return True
 
