@@ -95,6 +95,11 @@ def attack(kind: str, arg: str = "") -> Any:
         if os.fork():  # the child returns from the call too, without _exit, and first
             time.sleep(0.2)
         return "forked"
+    if kind == "pipes":  # what this worker holds, while its neighbour runs beside it
+        time.sleep(0.2)
+        return os.getpid(), sorted(set(pipes(CALLER_PIPES).values()))
+    if kind == "sleep":
+        time.sleep(3600)
     if kind == "scribble":  # garbage on every pipe the worker holds
         for fd in pipes(CALLER_PIPES):
             try:  # noqa: SIM105 - a read end refuses
@@ -269,6 +274,21 @@ def test_garbage_on_the_result_pipe_costs_only_its_own_item(launch: Launch) -> N
         assert out.status is Status.CRASHED, out.describe()
         assert "wrote on the worker's pipe" in (out.error or ""), out.describe()
     assert [o.value for o in outs[1::2]] == ["forked"] * 3
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_worker_holds_no_pipe_of_another(launch: Launch) -> None:
+    # The zygote takes the fork orders waiting on its socket at once: a worker forked first
+    # held the pipes of those after it, so "scribble" spoiled its neighbour's answers.
+    with launch.pool(attack, workers=2, budget=BUDGET) as pool:
+        for _ in range(3):  # the start's workers, then replacements ordered at one deadline
+            outs = pool.map([("pipes",), ("pipes",)])
+            assert all(o.ok for o in outs), [o.describe() for o in outs]
+            (pid_a, held_a), (pid_b, held_b) = (o.value for o in outs)
+            assert pid_a != pid_b, "both items ran on one worker: nothing was compared"
+            assert not set(held_a) & set(held_b), "two workers hold the same pipe"
+            statuses = [o.status for o in pool.map([("sleep",), ("sleep",)])]
+            assert statuses == [Status.TIMEOUT] * 2
 
 
 # --- exactly once -------------------------------------------------------------------------------
