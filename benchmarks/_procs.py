@@ -49,23 +49,26 @@ class Proc:
     ppid: int
     state: str
     comm: str
+    #: The kernel's ``PF_*`` flags (``PF_EXITING``: in ``do_exit()``).
+    flags: int
+
+
+def stat(pid: int) -> Proc | None:
+    """What ``/proc/PID/stat`` says of ``pid`` now; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    close = text.rindex(b")")
+    fields = text[close + 2 :].split()
+    comm = text[text.index(b"(") + 1 : close].decode("utf-8", "replace")
+    return Proc(pid, int(fields[1]), fields[0].decode(), comm, int(fields[6]))
 
 
 def processes() -> list[Proc]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        close = stat.rindex(b")")
-        fields = stat[close + 2 :].split()
-        comm = stat[stat.index(b"(") + 1 : close].decode("utf-8", "replace")
-        found.append(Proc(int(name), int(fields[1]), fields[0].decode(), comm))
-    return found
+    found = (stat(int(name)) for name in os.listdir("/proc") if name.isdigit())
+    return [p for p in found if p is not None]
 
 
 def _has(pid: int, marker: bytes) -> bool:

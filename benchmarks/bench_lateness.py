@@ -103,13 +103,11 @@ def killed(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/status") as f:
             fields = dict(line.split(":", 1) for line in f if ":" in line)
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        flags = int(stat[stat.rindex(b")") + 2 :].split()[6])
         pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
-        return bool(pending & bit or flags & _PF_EXITING)
-    except (OSError, KeyError, ValueError, IndexError):
+    except (OSError, KeyError, ValueError):
         return False
+    now = _procs.stat(pid)  # read after the pending set: one taken since is exiting by now
+    return bool(pending & bit) or (now is not None and bool(now.flags & _PF_EXITING))
 
 
 def tagged(tag: str) -> tuple[list[Proc], list[Proc]]:

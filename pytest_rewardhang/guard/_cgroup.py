@@ -424,10 +424,10 @@ class Group:
             time.sleep(min(pause, left))
             pause = min(pause * 2, 0.002)
 
-    def freeze(self) -> None:
+    def freeze(self) -> bool:
         """Start freezing the group without waiting for it (:meth:`stop` waits), so that
-        several groups freeze at once."""
-        self._write("cgroup.freeze", b"1")
+        several groups freeze at once; False if it is gone."""
+        return self._write("cgroup.freeze", b"1")
 
     def stop(self, spare: int = 0) -> int:
         """Freeze the group, so that nothing in it runs (or forks) any more; how many of its
@@ -440,7 +440,7 @@ class Group:
         """
         if not self.members():
             return 0
-        if self._write("cgroup.freeze", b"1"):
+        if self.freeze():
             self._await_frozen(FREEZE_WAIT_S)
         living = 0
         for pid in self.members():  # again, frozen: what forked meanwhile is there too
