@@ -6,7 +6,8 @@ Issue 12, item 5 (b). 64 submitters, as threads and then as asyncio tasks, score
 ``pool_scorers`` (``fast``, ~45 µs, and ``symbolic``, a sympy check of ~5 ms) through one peer
 at a time; 1% of the items hang inside one C call (``sum(range(10**13))``). The peers are the
 guarded ``Pool(workers=2)`` (``submit(...).result()`` from threads, ``await asubmit(...)``
-from tasks) and three patterns rebuilt here from the trainers' source, each with 2 workers:
+from tasks; its zygote warmed with one item, ``warmup=``, as the peers' workers are warmed with
+their first calls) and three patterns rebuilt here from the trainers' source, each with 2 workers:
 
 - AReaL's ``AsyncRewardWrapper`` (inclusionAI/AReaL ``areal/api/reward_api.py``, at
   4aef98d8): one class-wide ``ProcessPoolExecutor`` (default start method, fork on Linux; line
@@ -41,7 +42,9 @@ Per peer: items/s without hangs (the faster of two runs), items/s with 1% hangs 
 scored: come back with their value), the good items that came back as timeouts, and the time
 one hang costs a worker beyond its budget, measured directly: rounds of ``[hang, item]``
 against rounds of ``[item]`` through one worker (one semaphore slot for the fork-per-call
-peer), a new item every call. Timings are wall clock; run it on an otherwise idle machine.
+peer), a new item every call; for the Pool also without ``warmup``, whose replacement worker
+then pays the scorer's first call in a new process. Timings are wall clock; run it on an
+otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -150,10 +153,17 @@ class Peer(Protocol):
 
 
 class GuardPool:
+    """The guarded pool, its zygote warmed with one item (``warmup``) unless ``warmup`` is None:
+    sympy's first call in a process imports 16 modules, which a replacement worker would pay."""
+
     label = "`guard.Pool`"
 
-    def __init__(self, name: str, budget: float, workers: int = WORKERS) -> None:
-        self.pool = Pool(f"{HERE / 'pool_scorers.py'}:{name}", workers=workers, budget=budget)
+    def __init__(
+        self, name: str, budget: float, warmup: Item | None, workers: int = WORKERS
+    ) -> None:
+        self.pool = Pool(
+            f"{HERE / 'pool_scorers.py'}:{name}", workers=workers, budget=budget, warmup=warmup
+        )
 
     def call(self, item: Item) -> str:
         return self.pool.submit(*item).result().status.value
@@ -349,7 +359,7 @@ def make_peer(kind: str, name: str, budget: float) -> Peer:
     warm = pool_scorers.fast_items(2)[1] if name == "fast" else pool_scorers.symbolic_items(2)[1]
     peer: Peer
     if kind == "pool":
-        peer = GuardPool(name, budget)
+        peer = GuardPool(name, budget, warm)
     elif kind == "nemo":
         peer = NemoGymFork(fn, budget)
     else:
@@ -458,17 +468,19 @@ DRIVERS: dict[str, Callable[[Peer, Sequence[Item], float], Run]] = {
 # --- a hang's cost, directly -----------------------------------------------------------------
 
 
-def hang_cost(kind: str, name: str, plan: Plan) -> float:
+def hang_cost(kind: str, name: str, plan: Plan, warm: bool = True) -> float:
     """Seconds beyond the budget one hang costs one worker: ``[hang, item]`` rounds against
-    ``[item]`` rounds, one after the other, through one worker (or one semaphore slot)."""
+    ``[item]`` rounds, one after the other, through one worker (or one semaphore slot); the
+    Pool's zygote warmed with an item of its own, or (``warm=False``) not."""
     fn: Scorer = getattr(pool_scorers, name)
     make = pool_scorers.fast_items if name == "fast" else pool_scorers.symbolic_items
     # A new item every call: a warm worker must not answer from sympy's cache what a fresh
-    # one (after a kill) has to work out.
-    items = iter(make(5 + 2 * plan.rounds))
+    # one (after a kill) has to work out; the warm-up item is none of them either.
+    *measured, warmup = make(6 + 2 * plan.rounds)
+    items = iter(measured)
     peer: GuardPool | NemoGymFork
     if kind == "pool":
-        peer = GuardPool(name, plan.budget, workers=1)
+        peer = GuardPool(name, plan.budget, warmup if warm else None, workers=1)
     else:
         peer = NemoGymFork(fn, plan.budget, slots=1)
     try:
@@ -605,9 +617,10 @@ def main() -> int:
                 for kind in peers:
                     rows.append(measure(kind, name, style, plan, tag, make))
                     print(f"  measured {name} / {style} / {kind}", file=sys.stderr, flush=True)
-            for kind in ("pool", "nemo"):
-                if kind in peers:
-                    costs[(name, kind)] = hang_cost(kind, name, plan)
+            for kind in ("pool", "cold pool", "nemo"):
+                peer_kind = kind.split()[-1]
+                if peer_kind in peers:
+                    costs[(name, kind)] = hang_cost(peer_kind, name, plan, kind != "cold pool")
                     kill_leftovers(tag)
     finally:
         kill_leftovers(tag, everything=True)
@@ -657,8 +670,11 @@ def report(rows: list[Row], costs: dict[tuple[str, str], float], plan: Plan) -> 
     print("| scorer | peer | what one hang costs a worker, beyond the budget |")
     print("| --- | --- | ---: |")
     for (name, kind), cost in costs.items():
-        label = GuardPool.label if kind == "pool" else NemoGymFork.label
-        print(f"| {name} | {label}, measured directly | {cost * 1000:+.0f} ms |")
+        label = NemoGymFork.label if kind == "nemo" else GuardPool.label
+        how = "without `warmup`, measured directly" if kind == "cold pool" else "measured directly"
+        print(f"| {name} | {label}, {how} | {cost * 1000:+.0f} ms |")
+        if kind == "cold pool":
+            continue
         for row in rows:
             derived = derived_cost(row, plan.budget)
             if (row.scorer, row.peer) == (name, label) and derived is not None:

@@ -35,9 +35,11 @@ from ._wire import (
     MSG_ERROR,
     MSG_FORK,
     MSG_KILL,
+    MSG_WARMUP_FAILED,
     REPLY_LIMIT,
     SOCKET_FD,
     WID,
+    Warmup,
     config_message,
 )
 from ._zygote import main as zygote_main
@@ -45,7 +47,8 @@ from ._zygote import serve_forked
 
 #: A caller this large pays ~55 ms per GiB for every worker it forks itself.
 LARGE_CALLER_BYTES = 1 << 30
-#: How long a zygote may take to import the scorer, and workers to start.
+#: How long a zygote may take to import the scorer (and score its warm-up item), and workers
+#: to start.
 START_TIMEOUT_S = 120.0
 #: How long a killed zygote may take to finish exiting before it is left to be reaped later.
 _REAP_S = 1.0
@@ -209,12 +212,13 @@ class Zygote:
         self.forked = forked
 
     @classmethod
-    def start(cls, target: tuple[Any, ...], memory_mb: float | None) -> Zygote:
-        """Spawn a zygote and wait until it has imported ``target``.
+    def start(cls, target: tuple[Any, ...], memory_mb: float | None, warmup: Warmup) -> Zygote:
+        """Spawn a zygote and wait until it has imported ``target`` and scored ``warmup``.
 
         Raises :class:`SpecError` with the zygote's reason when it cannot import it, and
-        :class:`PoolError` when it does not answer; either way the zygote is gone. Called with
-        the signals held (see ._interrupts): an interrupt lands only while it waits.
+        :class:`PoolError` when the warm-up fails or it does not answer; either way the zygote
+        is gone. Called with the signals held (see ._interrupts): an interrupt lands only while
+        it waits.
         """
         # Where the top package can be imported from, and the zygote's module, derived rather
         # than spelled: neither depends on where this file sits in the package.
@@ -224,7 +228,7 @@ class Zygote:
         joins = [] if group is None else [(os.POSIX_SPAWN_DUP2, group.procs, GROUP_FD)]
         code = _ZYGOTE_CODE.format(root=root, module=zygote_main.__module__, joins=bool(joins))
         argv = [sys.executable, "-c", code]
-        config = list(config_message(list(sys.path), target, memory_mb))
+        config = list(config_message(list(sys.path), target, memory_mb, warmup))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             try:
@@ -248,10 +252,12 @@ class Zygote:
             if group is not None:
                 group.close(time.monotonic())
             raise
-        return cls(ours, pid, group)._started(config)
+        return cls(ours, pid, group)._started(config, warmup)
 
     @classmethod
-    def fork(cls, fn: Callable[..., Any], memory_mb: float | None, inherited: list[int]) -> Zygote:
+    def fork(
+        cls, fn: Callable[..., Any], memory_mb: float | None, warmup: Warmup, inherited: list[int]
+    ) -> Zygote:
         """Fork a zygote from the caller, for a callable a fresh interpreter cannot import.
 
         ``inherited`` are the caller's descriptors the zygote closes first (the pool's own).
@@ -276,13 +282,13 @@ class Zygote:
                 for fd in [*inherited, ours.fileno()]:
                     with contextlib.suppress(OSError):
                         os.close(fd)
-                serve_forked(theirs, fn, memory_mb, parent)
+                serve_forked(theirs, fn, memory_mb, parent, warmup)
             finally:
                 os._exit(70)
         theirs.close()
-        return cls(ours, pid, group, forked=True)._started([])
+        return cls(ours, pid, group, forked=True)._started([], warmup)
 
-    def _started(self, config: list[bytes]) -> Zygote:
+    def _started(self, config: list[bytes], warmup: Warmup) -> Zygote:
         """Hold its pidfd, send it ``config``, wait until it is ready; gone if any of it fails."""
         try:
             self.pidfd = os.pidfd_open(self.pid)
@@ -291,26 +297,31 @@ class Zygote:
                 with let_in():
                     for message in config:
                         self.sock.send(message)
-            self._ready()
+            self._ready(warmup)
         except BaseException:
             self.stop()
             self.close()
             raise
         return self
 
-    def _ready(self) -> None:
+    def _ready(self, warmup: Warmup) -> None:
         """Wait for the zygote's first answer: ready, or the error that stops the pool."""
         poller = select.poll()
         poller.register(self.sock.fileno(), select.POLLIN)
         with let_in():
             ready = poller.poll(START_TIMEOUT_S * 1000)
+        doing = "importing the scorer" + (" and scoring its warm-up item" if warmup else "")
         if not ready:
-            raise PoolError(f"the pool's zygote did not start within {START_TIMEOUT_S:g} s")
+            raise PoolError(
+                f"the pool's zygote did not start within {START_TIMEOUT_S:g} s ({doing})"
+            )
         reply = self.sock.recv(REPLY_LIMIT)
         if not reply:
-            raise PoolError("the pool's zygote exited while importing the scorer")
+            raise PoolError(f"the pool's zygote exited while {doing}")
         if reply[:1] == MSG_ERROR:
             raise SpecError(reply[1:].decode("utf-8", "replace"))
+        if reply[:1] == MSG_WARMUP_FAILED:
+            raise PoolError(reply[1:].decode("utf-8", "replace"))
         self.sock.setblocking(False)
 
     def fork_worker(self, wid: int, fds: list[int]) -> bool:

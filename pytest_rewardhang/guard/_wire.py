@@ -198,10 +198,14 @@ GROUP_FD = SOCKET_FD + 1
 #: buffer): see :func:`config_message`. No limit but memory.
 CONFIG_SIZE = struct.Struct("!Q")
 CONFIG_PIECE = 1 << 16
+#: The pool's warm-up item, one in the config: a tuple of positional arguments or a dict of
+#: keyword arguments for the scorer's one call in the zygote, or None.
+Warmup = tuple[Any, ...] | dict[str, Any] | None
 #: The zygote's answer to it, at most this long: ready, or the error that stops the pool (one
-#: line of text after the kind).
+#: line of text after the kind): the scorer could not be imported, or its warm-up call failed.
 MSG_READY = b"R"
 MSG_ERROR = b"E"
+MSG_WARMUP_FAILED = b"W"
 REPLY_LIMIT = 1 << 16
 #: Every later message, either way, fits in this many bytes.
 MESSAGE_LIMIT = 256
@@ -224,11 +228,11 @@ EXITED = struct.Struct("!QiddI")
 
 
 def config_message(
-    path: list[str], target: tuple[Any, ...], memory_mb: float | None
+    path: list[str], target: tuple[Any, ...], memory_mb: float | None, warmup: Warmup
 ) -> list[bytes]:
     """What the zygote needs to import the scorer and start workers, as the caller sends it:
     one message per item of the list (the length, then the pickled config in pieces)."""
-    config = {"path": path, "target": target, "memory_mb": memory_mb}
+    config = {"path": path, "target": target, "memory_mb": memory_mb, "warmup": warmup}
     blob = pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
     pieces = [blob[at : at + CONFIG_PIECE] for at in range(0, len(blob), CONFIG_PIECE)]
     return [CONFIG_SIZE.pack(len(blob)), *pieces]
@@ -236,8 +240,8 @@ def config_message(
 
 def read_config(
     receive: Any,
-) -> tuple[list[str], tuple[Any, ...], float | None]:  # pragma: no cover - zygote only
-    """``(sys.path, target, memory_mb)``, as the zygote reads it with ``receive(limit)``."""
+) -> tuple[list[str], tuple[Any, ...], float | None, Warmup]:  # pragma: no cover - zygote only
+    """``(sys.path, target, memory_mb, warmup)``, as the zygote reads it with ``receive(limit)``."""
     (size,) = CONFIG_SIZE.unpack(receive(CONFIG_SIZE.size))
     blob = bytearray()
     while len(blob) < size:
@@ -246,7 +250,7 @@ def read_config(
             raise EOFError("the caller closed the socket in the middle of the config")
         blob += piece
     config = pickle.loads(blob)
-    return config["path"], config["target"], config["memory_mb"]
+    return config["path"], config["target"], config["memory_mb"], config["warmup"]
 
 
 # --- both ends -------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _cgroup, _contain, _proctree
+from ._child import call
+from ._outcome import Status
 from ._spec import SpecError, load_callable
 from ._wire import (
     EXITED,
@@ -39,10 +41,12 @@ from ._wire import (
     MSG_QUIT,
     MSG_READY,
     MSG_REAPED,
+    MSG_WARMUP_FAILED,
     PIPE_ROLES,
     SOCKET_FD,
     SPAWNED,
     WID,
+    Warmup,
     read_config,
 )
 from ._worker import serve
@@ -62,7 +66,7 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
     # Inherited ignore dispositions survive exec; ignored SIGCHLD would reap workers unseen.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
-        path, target, memory_mb = read_config(sock.recv)
+        path, target, memory_mb, warmup = read_config(sock.recv)
     except Exception:  # noqa: BLE001 - the caller went away (interrupted, say) before it was sent
         os._exit(1)
     sys.path[:] = path
@@ -72,6 +76,7 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
         text = f"{type(exc).__name__}: {exc}".splitlines()[0]
         sock.send(MSG_ERROR + text.encode("utf-8", "replace"))
         os._exit(1)
+    warm_up(sock, fn, warmup)
     _contain.prepare()  # before we adopt orphans
     # Orphans of a crashed worker come to us, to be killed. No death signal: the caller's pidfd
     # says when to go, and we take the workers with us.
@@ -85,7 +90,11 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
 
 
 def serve_forked(
-    sock: socket.socket, fn: Callable[..., Any], memory_mb: float | None, caller: int
+    sock: socket.socket,
+    fn: Callable[..., Any],
+    memory_mb: float | None,
+    caller: int,
+    warmup: Warmup,
 ) -> None:  # pragma: no cover - runs in a zygote forked from the caller; never returns
     """The zygote of a callable that no fresh interpreter can import, forked from the caller.
 
@@ -102,6 +111,7 @@ def serve_forked(
         caller_pidfd = os.pidfd_open(caller)
         if os.getppid() != caller:
             os._exit(1)
+        warm_up(sock, fn, warmup)
         _contain.prepare()  # before we adopt orphans
         _proctree.become_subreaper(None)
         gc.freeze()
@@ -110,6 +120,42 @@ def serve_forked(
         code = 0
     finally:
         os._exit(code)
+
+
+def warm_up(
+    sock: socket.socket, fn: Callable[..., Any], warmup: Warmup
+) -> None:  # pragma: no cover - zygote only
+    """Score the pool's warm-up item once, before any worker is forked; if it fails, say so and
+    exit.
+
+    What a scorer does on its first call only (sympy imports 16 modules on its first
+    ``expand``: 40 ms), every worker then finds done, a replacement after a hang too.
+    """
+    if warmup is None:
+        return
+    threads = _threads()
+    if isinstance(warmup, tuple):
+        status, _, error, _ = call(fn, warmup, {})
+    else:
+        status, _, error, _ = call(fn, (), warmup)
+    text = None
+    if status != Status.OK.value:
+        text = f"the warm-up call failed in the zygote: {(error or status).splitlines()[0]}"
+    elif _threads() > threads:
+        # A fork takes only the forking thread: a lock another thread held stays held for
+        # good in every worker.
+        text = (
+            "the warm-up call left a thread running in the zygote, which forks the workers "
+            "and so must have none"
+        )
+    if text is not None:
+        sock.send(MSG_WARMUP_FAILED + text.encode("utf-8", "replace"))
+        os._exit(1)
+
+
+def _threads() -> int:  # pragma: no cover - zygote only
+    """Threads of this process, as the kernel counts them (C libraries' own included)."""
+    return len(os.listdir("/proc/self/task"))
 
 
 _RESET = (

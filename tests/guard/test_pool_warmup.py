@@ -1,0 +1,147 @@
+"""``Pool(warmup=...)``: one call in the zygote, before any worker is forked, that every worker
+(a replacement after a hang too) inherits; and a warm-up that fails stops the start in one line.
+
+Real zygotes and workers, real hangs; the lazily imported module is written for each test, so no
+process has imported it before the pool does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_rewardhang.guard import Pool, PoolError, Status, _launch
+from tests.guard.test_pool import Launch
+
+BUDGET = 0.5
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+@pytest.fixture(params=["zygote", "caller"])
+def launch(request: pytest.FixtureRequest) -> Launch:
+    return Launch(request.param)
+
+
+@pytest.fixture
+def lazy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The name of a module nobody has imported, which records the pid that imported it."""
+    name = f"lazy_{uuid.uuid4().hex}"
+    (tmp_path / f"{name}.py").write_text("import os\n\nPID = os.getpid()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+# --- scorers: module level, so the zygote imports them by name --------------------------------
+
+
+def first_import(name: str, action: str = "ok") -> str:
+    """Imports ``name`` lazily, as sympy does on its first ``expand``: whether it was imported
+    already, and whether by another process (the zygote this worker was forked from)."""
+    already = name in sys.modules
+    module = importlib.import_module(name)
+    if action == "hang":
+        return str(sum(range(10**13)))
+    return f"imported before: {already}, elsewhere: {os.getpid() != module.PID}"
+
+
+async def first_import_async(name: str, action: str = "ok") -> str:
+    return first_import(name, action)
+
+
+def warmup_attack(kind: str) -> float:
+    if kind == "raise":
+        raise ZeroDivisionError("the warm-up item was bad")
+    if kind == "thread":
+        threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+    if kind == "hang":
+        return float(sum(range(10**13)))
+    return 1.0
+
+
+WARM = "imported before: True, elsewhere: True"
+COLD = "imported before: False, elsewhere: False"
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("scorer", [first_import, first_import_async])
+def test_every_worker_starts_with_what_the_warmup_imported(
+    lazy: str, launch: Launch, scorer: Any
+) -> None:
+    items = [(lazy,)] * 20
+    # Without a warm-up, each worker imports the module on its first item: the check can fail.
+    with launch.pool(scorer, workers=2, budget=BUDGET) as pool:
+        assert COLD in [out.value for out in pool.map(items)]
+    with launch.pool(scorer, workers=2, budget=BUDGET, warmup=(lazy,)) as pool:
+        assert [out.value for out in pool.map(items)] == [WARM] * 20
+        # A hang's replacement is forked from the same zygote: it starts warm too.
+        outs = pool.map([(lazy, "hang"), *items])
+        assert outs[0].status is Status.TIMEOUT
+        assert [out.value for out in outs[1:]] == [WARM] * 20
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize(
+    ("kind", "text"),
+    [
+        (
+            "raise",
+            "the warm-up call failed in the zygote: ZeroDivisionError: the warm-up item was bad",
+        ),
+        (
+            "thread",
+            "the warm-up call left a thread running in the zygote, which forks the workers and "
+            "so must have none",
+        ),
+    ],
+)
+def test_a_warmup_that_fails_stops_the_start_in_one_line(
+    kind: str, text: str, launch: Launch
+) -> None:
+    with pytest.raises(PoolError) as raised:
+        launch.pool(warmup_attack, workers=2, budget=BUDGET, warmup=(kind,))
+    assert str(raised.value) == text
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_warmup_that_hangs_in_c_stops_the_start_and_leaves_nothing(
+    launch: Launch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A shorter start bound than the 120 s a large scorer's import may need; a real one still.
+    monkeypatch.setattr(_launch, "START_TIMEOUT_S", 2.0)
+    started = time.monotonic()
+    with pytest.raises(PoolError) as raised:
+        launch.pool(warmup_attack, workers=2, budget=BUDGET, warmup=("hang",))
+    assert str(raised.value) == (
+        "the pool's zygote did not start within 2 s "
+        "(importing the scorer and scoring its warm-up item)"
+    )
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_good_warmup_by_keyword_starts_the_pool(launch: Launch) -> None:
+    with launch.pool(warmup_attack, workers=1, budget=BUDGET, warmup={"kind": "ok"}) as pool:
+        assert pool.map([("ok",)])[0].value == 1.0
+
+
+@pytest.mark.parametrize(
+    ("warmup", "text"),
+    [
+        (["ok"], "warmup must be a tuple of positional arguments or a dict of keyword arguments"),
+        ((lambda: None,), "warmup cannot be pickled: "),
+    ],
+)
+def test_a_nonsense_warmup_is_one_clear_line(warmup: Any, text: str) -> None:
+    with pytest.raises(ValueError, match=r"^warmup ") as raised:
+        Pool(warmup_attack, workers=1, warmup=warmup)
+    assert str(raised.value).startswith(text)
+    assert "\n" not in str(raised.value)
