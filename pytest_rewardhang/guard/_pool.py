@@ -1293,9 +1293,8 @@ class Pool:
     ``warmup``, one item (a tuple of positional or a dict of keyword arguments), is scored once
     in the zygote before it forks any worker, so that what the scorer does on its first call
     only (lazy imports, caches) every worker starts with, including each one that replaces a
-    worker killed at a deadline. A warm-up that raises, returns an error, leaves a thread
-    running, or does not return while the pool starts, stops the pool from starting with
-    :class:`PoolError`.
+    worker killed at a deadline. A warm-up that raises, leaves a thread running, or does not
+    return while the pool starts, stops the pool from starting with :class:`PoolError`.
     """
 
     def __init__(
