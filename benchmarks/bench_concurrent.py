@@ -606,7 +606,8 @@ def main() -> int:
     load = os.getloadavg()
     began = time.perf_counter()
     rows: list[Row] = []
-    costs: dict[tuple[str, str], float] = {}
+    #: (scorer, peer kind, whether the Pool had a warm-up item) -> seconds beyond the budget.
+    costs: dict[tuple[str, str, bool], float] = {}
     try:
         for name, make in (
             ("fast", pool_scorers.fast_items),
@@ -617,10 +618,9 @@ def main() -> int:
                 for kind in peers:
                     rows.append(measure(kind, name, style, plan, tag, make))
                     print(f"  measured {name} / {style} / {kind}", file=sys.stderr, flush=True)
-            for kind in ("pool", "cold pool", "nemo"):
-                peer_kind = kind.split()[-1]
-                if peer_kind in peers:
-                    costs[(name, kind)] = hang_cost(peer_kind, name, plan, kind != "cold pool")
+            for kind, warm in (("pool", True), ("pool", False), ("nemo", True)):
+                if kind in peers:
+                    costs[(name, kind, warm)] = hang_cost(kind, name, plan, warm)
                     kill_leftovers(tag)
     finally:
         kill_leftovers(tag, everything=True)
@@ -648,7 +648,7 @@ def derived_cost(row: Row, budget: float) -> float | None:
     return (row.hung.seconds - others) * WORKERS / row.hung.hangs - budget
 
 
-def report(rows: list[Row], costs: dict[tuple[str, str], float], plan: Plan) -> None:
+def report(rows: list[Row], costs: dict[tuple[str, str, bool], float], plan: Plan) -> None:
     print()
     print(
         "| scorer | submitters | peer | items/s, no hangs | 1% hangs: answered/s "
@@ -669,11 +669,11 @@ def report(rows: list[Row], costs: dict[tuple[str, str], float], plan: Plan) -> 
     print()
     print("| scorer | peer | what one hang costs a worker, beyond the budget |")
     print("| --- | --- | ---: |")
-    for (name, kind), cost in costs.items():
+    for (name, kind, warm), cost in costs.items():
         label = NemoGymFork.label if kind == "nemo" else GuardPool.label
-        how = "without `warmup`, measured directly" if kind == "cold pool" else "measured directly"
+        how = "measured directly" if warm else "without `warmup`, measured directly"
         print(f"| {name} | {label}, {how} | {cost * 1000:+.0f} ms |")
-        if kind == "cold pool":
+        if not warm:
             continue
         for row in rows:
             derived = derived_cost(row, plan.budget)
@@ -709,8 +709,8 @@ def report(rows: list[Row], costs: dict[tuple[str, str], float], plan: Plan) -> 
                     a > b,
                 )
             )
-    for (name, kind), cost in costs.items():
-        if kind == "pool":
+    for (name, kind, warm), cost in costs.items():
+        if kind == "pool" and warm:
             checks.append(
                 (
                     f"a hang costs the Pool at most budget + 50 ms of one worker, {name}: "

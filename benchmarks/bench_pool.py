@@ -37,6 +37,8 @@ from pytest_rewardhang.guard import Pool, Status, run  # noqa: E402
 
 BUDGET = 0.5
 WORKERS = 2
+#: The guarded pool's row; its first word is its key among the rows (see report).
+POOL_ROW = "`Pool(workers=2, warmup=...)`"
 HANG_EVERY = 100  # 1% of items
 Item = tuple[str, str]
 
@@ -315,7 +317,7 @@ def main() -> None:
         rows.append(
             (
                 name,
-                "`Pool(workers=2, warmup=...)`",
+                POOL_ROW,
                 best(pool, spec, clean, warmup),
                 pool(spec, hangs, warmup),
             )
@@ -328,8 +330,8 @@ def main() -> None:
                 executor(fn, hangs, cap=10),
             )
         )
-        losses[name] = direct_loss(spec, clean[1], max(2, 10 // scale), warmup)
-        losses[f"{name}, without `warmup`"] = direct_loss(spec, clean[1], max(2, 10 // scale), None)
+        for suffix, warm in (("", warmup), (", without `warmup`", None)):
+            losses[name + suffix] = direct_loss(spec, clean[1], max(2, 10 // scale), warm)
         pebble_hangs = make(n["pebble+hangs"], HANG_EVERY)
         rows.append(
             (
@@ -415,7 +417,7 @@ def report(
         )
     print()
     checks = []
-    fast_pool, fast_serial = rates[("fast", "`Pool(workers=2,")], rates[("fast", "unguarded")]
+    fast_pool, fast_serial = rates[("fast", POOL_ROW.split()[0])], rates[("fast", "unguarded")]
     checks.append(
         (
             "Pool >= 1.7x the serial loop on the fast scorer (issue 12)",
@@ -425,7 +427,7 @@ def report(
         )
     )
     for scorer in ("fast", "symbolic"):
-        mine, theirs = rates[(scorer, "`Pool(workers=2,")], rates[(scorer, "pebble")]
+        mine, theirs = rates[(scorer, POOL_ROW.split()[0])], rates[(scorer, "pebble")]
         checks.append(
             (f"Pool >= pebble, {scorer}, no hangs", mine[0] / theirs[0], mine[0] >= theirs[0], "x")
         )

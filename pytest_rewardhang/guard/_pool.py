@@ -1415,7 +1415,7 @@ def _warmup(warmup: object) -> Warmup:
             "warmup must be a tuple of positional arguments or a dict of keyword arguments, "
             f"not {type(warmup).__name__}"
         )
-    warm = warmup if isinstance(warmup, tuple) else dict(warmup)
+    warm = _arguments(warmup)
     try:  # it travels to the zygote pickled
         pickle.dumps(warm, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # noqa: BLE001 - whatever pickling raises, said in one line
