@@ -9,10 +9,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests._lazy import SOURCE
 
 pytest_plugins = ["pytester"]
 
@@ -147,6 +150,16 @@ def private_tempdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             yield
     finally:
         shutil.rmtree(ray, ignore_errors=True)
+
+
+@pytest.fixture
+def lazy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The name of a module nobody has imported, which records the pid that imported it (see
+    tests/_lazy.py)."""
+    name = f"lazy_{uuid.uuid4().hex}"
+    (tmp_path / f"{name}.py").write_text(SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import inspect
 import json
 import logging
 import os
+import pickle
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
@@ -23,6 +24,7 @@ from typing import Any
 # Absolute imports throughout the adapters: verl loads a custom reward file as a standalone
 # module ("custom_module_<hash>"), where relative imports fail.
 from pytest_rewardhang.guard import Outcome, Pool, Status, run
+from pytest_rewardhang.guard._pool import _warmup
 from pytest_rewardhang.guard._run import _reraisable
 from pytest_rewardhang.guard._spec import load_callable
 
@@ -38,20 +40,41 @@ _PROBE_S = 120.0
 
 
 def _pool_key(
-    scorer: Scorer, budget: float, memory_mb: float | None, workers: int
+    scorer: Scorer, budget: float, memory_mb: float | None, workers: int, warmup: bytes | None
 ) -> tuple[Any, ...]:
     # Keyed by pid too: a trainer that forks (a ProcessPoolExecutor, a dataloader) must not
     # drive its parent's workers.
-    return (scorer, float(budget), memory_mb, workers, os.getpid())
+    return (scorer, float(budget), memory_mb, workers, warmup, os.getpid())
 
 
-def pool_for(scorer: Scorer, budget: float, memory_mb: float | None, workers: int) -> Pool:
-    """The warm pool for this scorer and these limits, started on first use in this process."""
-    key = _pool_key(scorer, budget, memory_mb, workers)
+def warmup_key(warmup: tuple[Any, ...] | Mapping[str, Any] | None) -> bytes | None:
+    """The warm-up item as part of a pool's key (a dict is not hashable): its pickle, after
+    the pool's own check, whose one-line ValueError names what is wrong with it."""
+    if warmup is None:
+        return None
+    return pickle.dumps(_warmup(warmup), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def pool_for(
+    scorer: Scorer,
+    budget: float,
+    memory_mb: float | None,
+    workers: int,
+    warmup: bytes | None = None,
+) -> Pool:
+    """The warm pool for this scorer, these limits and this warm-up item (its
+    :func:`warmup_key`), started on first use in this process."""
+    key = _pool_key(scorer, budget, memory_mb, workers, warmup)
     with _lock:
         pool = _pools.get(key)
         if pool is None or pool.closed:
-            pool = _pools[key] = Pool(scorer, workers=workers, budget=budget, memory_mb=memory_mb)
+            pool = _pools[key] = Pool(
+                scorer,
+                workers=workers,
+                budget=budget,
+                memory_mb=memory_mb,
+                warmup=None if warmup is None else pickle.loads(warmup),
+            )
         return pool
 
 
@@ -241,6 +264,7 @@ class Scoring:
         memory_mb: float | None = None,
         hang_log: str | None = None,
         name: str | None = None,
+        warmup: tuple[Any, ...] | Mapping[str, Any] | None = None,
     ) -> None:
         self.scorer = scorer
         self.budget = budget
@@ -249,9 +273,10 @@ class Scoring:
         self.memory_mb = memory_mb
         self.hang_log = hang_log
         self.name = name or scorer_name(scorer)
+        self.warmup = warmup_key(warmup)
 
     def pool(self) -> Pool:
-        return pool_for(self.scorer, self.budget, self.memory_mb, self.workers)
+        return pool_for(self.scorer, self.budget, self.memory_mb, self.workers, self.warmup)
 
     def accepts(self) -> Accepts:
         return accepts(self.scorer)
@@ -291,7 +316,8 @@ class Scoring:
         return await asyncio.to_thread(self.accepts)
 
     async def _apool(self) -> Pool:
-        pool = _pools.get(_pool_key(self.scorer, self.budget, self.memory_mb, self.workers))
+        key = _pool_key(self.scorer, self.budget, self.memory_mb, self.workers, self.warmup)
+        pool = _pools.get(key)
         if pool is not None and not pool.closed:
             return pool
         # Starting a pool waits for its zygote to import the scorer: not on the event loop.
@@ -305,7 +331,7 @@ class Pooled:
     """
 
     def __init__(self, scorer: Scorer, **limits: Any) -> None:
-        """``limits``: :class:`Scoring`'s keywords (budget, default, workers, memory_mb, ...)."""
+        """``limits``: :class:`Scoring`'s keywords (budget, default, workers, warmup, ...)."""
         self.scoring = Scoring(scorer, **limits)
         self.__name__ = self.scoring.name
 

@@ -18,7 +18,7 @@ warning line.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
@@ -38,6 +38,7 @@ def pooled_rubric_func(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     name: str | None = None,
+    warmup: tuple[Any, ...] | Mapping[str, Any] | None = None,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     """An ``async def`` rubric function scoring ``scorer`` on a warm guarded pool.
 
@@ -52,6 +53,7 @@ def pooled_rubric_func(
         memory_mb=memory_mb,
         hang_log=hang_log,
         name=name,
+        warmup=warmup,
     )
     took = scoring.accepts()
 

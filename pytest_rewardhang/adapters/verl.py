@@ -26,7 +26,7 @@ Legacy: ``compute_score_batch`` and ``guarded_compute_score_batch`` fit the batc
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
@@ -77,10 +77,11 @@ def compute_score(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     workers: int = 2,
+    warmup: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> Any:
     """verl's per-item signature; ``kwargs`` beyond the guard's own go to the scorer."""
-    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers)
+    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup)
     sample = _sample(scoring.accepts(), data_source, solution_str, ground_truth, extra_info, kwargs)
     return scoring.score(sample)
 
@@ -97,10 +98,11 @@ async def compute_score_async(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     workers: int = 2,
+    warmup: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> Any:
     """:func:`compute_score` as an ``async def``, which verl's reward loop awaits."""
-    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers)
+    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup)
     took = await scoring.aaccepts()
     sample = _sample(took, data_source, solution_str, ground_truth, extra_info, kwargs)
     return await scoring.ascore(sample)
@@ -118,6 +120,7 @@ def compute_score_batch(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     workers: int = 2,
+    warmup: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> list[Any]:
     """Legacy: verl's batch signature (``reward_model.reward_manager=batch``).
@@ -125,7 +128,7 @@ def compute_score_batch(
     The scorer is still called once per item, with verl's per-item signature, on ``workers``
     warm workers; scores come back in order, ``default`` where an item hung.
     """
-    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers)
+    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup)
     took = scoring.accepts()
     extras = list(extra_infos) if extra_infos is not None else [None] * len(solution_strs)
     samples = [
@@ -145,6 +148,7 @@ def guarded_compute_score(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     workers: int = 2,
+    warmup: Mapping[str, Any] | None = None,
 ) -> Callable[..., Any]:
     """:func:`compute_score` bound to one scorer, for ``custom_reward_function.name``."""
     return functools.partial(
@@ -155,6 +159,7 @@ def guarded_compute_score(
         memory_mb=memory_mb,
         hang_log=hang_log,
         workers=workers,
+        warmup=warmup,
     )
 
 
@@ -166,6 +171,7 @@ def guarded_compute_score_async(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     workers: int = 2,
+    warmup: Mapping[str, Any] | None = None,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     """:func:`compute_score_async` bound to one scorer; still a coroutine function to verl
     (``inspect.iscoroutinefunction`` sees through ``functools.partial``)."""
@@ -177,6 +183,7 @@ def guarded_compute_score_async(
         memory_mb=memory_mb,
         hang_log=hang_log,
         workers=workers,
+        warmup=warmup,
     )
 
 
@@ -188,6 +195,7 @@ def guarded_compute_score_batch(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     workers: int = 2,
+    warmup: Mapping[str, Any] | None = None,
 ) -> Callable[..., list[Any]]:
     """Legacy: :func:`compute_score_batch` bound to one scorer."""
     return functools.partial(
@@ -198,6 +206,7 @@ def guarded_compute_score_batch(
         memory_mb=memory_mb,
         hang_log=hang_log,
         workers=workers,
+        warmup=warmup,
     )
 
 
@@ -208,6 +217,7 @@ def _scoring(
     memory_mb: float | None,
     hang_log: str | None,
     workers: int,
+    warmup: Mapping[str, Any] | None,
 ) -> _shared.Scoring:
     name = scorer if isinstance(scorer, str) else getattr(scorer, "__qualname__", repr(scorer))
     return _shared.Scoring(
@@ -218,4 +228,5 @@ def _scoring(
         memory_mb=memory_mb,
         hang_log=hang_log,
         name=name,
+        warmup=warmup,
     )

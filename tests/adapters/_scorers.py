@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests._lazy import WARM, imported_before
+
 HERE = Path(__file__).resolve()
 NAP_S = 0.1
 #: The adapters' tests' budget, and how far past it a hang may end: a correctness bound for a
@@ -109,3 +111,18 @@ def plain(text: Any, truth: Any) -> Any:
 def score_dict(response: Any, label: Any) -> Any:
     value = _check(response, label)
     return {"score": value, "acc": value > 0, "pred": response[-4:]}
+
+
+# Every adapter's shape, for the warm-up: imports the module its response names (tests/_lazy.py),
+# and scores 1.0 when a warm-up in the pool's zygote imported it first.
+def imports_its_sample(*args: Any, **sample: Any) -> Any:
+    text = args[0] if args else next(sample[k] for k in _RESPONSE if k in sample)
+    if isinstance(text, list):  # verifiers: the completion is a list of messages
+        text = text[-1]["content"]
+    if "hang" in text:
+        return _check(text, "")
+    return float(imported_before(text) == WARM)
+
+
+#: What each trainer calls the response: verl, TRL and verifiers, OpenRLHF and slime.
+_RESPONSE = ("solution_str", "completion", "response")

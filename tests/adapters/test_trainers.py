@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -371,6 +372,93 @@ def test_concurrent_calls_use_every_worker(adapter: Callable[[], Callable[[], li
         assert run() == [1.0] * CONCURRENT
         best = min(best, time.perf_counter() - start)
     assert best < SERIAL_S - 0.1, f"{best:.2f} s: the calls were scored one at a time"
+
+
+def warmed(adapter: str, warmup: Any) -> Callable[[list[str]], list[Any]]:
+    """``adapter`` scoring responses as its trainer calls it, its pool warmed with ``warmup``."""
+    scorer = spec("imports_its_sample")
+    limits: dict[str, Any] = {"budget": BUDGET, "default": -1.0, "warmup": warmup}
+
+    def tasks(call: Callable[[str], Any]) -> Callable[[list[str]], list[Any]]:
+        async def gather(texts: list[str]) -> list[Any]:
+            return list(await asyncio.gather(*(call(t) for t in texts)))
+
+        return lambda texts: asyncio.run(gather(texts))
+
+    if adapter == "verl_sync":
+        fn = verl_adapter.guarded_compute_score(scorer, **limits)
+        return lambda texts: [fn("d", t, "1") for t in texts]
+    if adapter == "verl_async":
+        afn = verl_adapter.guarded_compute_score_async(scorer, **limits)
+        return tasks(lambda t: afn("d", t, "1"))
+    if adapter == "verl_batch":
+        batch = verl_adapter.guarded_compute_score_batch(scorer, **limits)
+        return lambda texts: batch(["d"] * len(texts), texts, ["1"] * len(texts))
+    if adapter == "trl_sync":
+        reward = pooled_reward(scorer, **limits)
+        return lambda texts: reward(prompts=["p"] * len(texts), completions=texts)
+    if adapter == "trl_async":
+        areward = async_pooled_reward(scorer, **limits)
+        return lambda texts: asyncio.run(areward(prompts=["p"] * len(texts), completions=texts))
+    if adapter == "openrlhf":
+        func = pooled_reward_func(scorer, **limits)
+        return lambda texts: [func([t], [""], ["1"])["rewards"][0] for t in texts]
+    if adapter in ("slime", "slime_group"):
+        if adapter == "slime":
+            rm = pooled_rm(scorer, **limits)
+            return tasks(lambda t: rm(None, Sample(response=t, label="1")))
+        group = pooled_group_rm(scorer, **limits)
+        return lambda texts: asyncio.run(group(None, [Sample(response=t) for t in texts]))
+    if adapter == "verifiers":
+        rubric = pooled_rubric_func(scorer, **limits)
+        return tasks(lambda t: rubric(completion=[{"role": "assistant", "content": t}]))
+    generic = PooledScorer(scorer, **limits)
+    return tasks(generic.score)
+
+
+@pytest.mark.parametrize(
+    "adapter",
+    [
+        "verl_sync",
+        "verl_async",
+        "verl_batch",
+        "trl_sync",
+        "trl_async",
+        "openrlhf",
+        "slime",
+        "slime_group",
+        "verifiers",
+        "generic",
+    ],
+)
+def test_every_adapter_warms_its_pool_with_the_warmup_item(adapter: str, lazy: str) -> None:
+    """The scorer imports a module nobody has imported: it scores 1.0 only where the warm-up,
+    in the pool's zygote, imported it first. An adapter that dropped ``warmup`` scores 0.0."""
+    warmup: Any = {"response": lazy}
+    if adapter == "generic":
+        warmup = (lazy,)
+    elif adapter.startswith("verl"):  # a mapping, not a dict, as verl's Hydra hands it over
+        warmup = MappingProxyType(warmup)
+    score = warmed(adapter, warmup)
+    assert score([lazy] * 4) == [1.0] * 4
+    if adapter == "verl_async":  # the hung sample's worker is replaced by a warm one
+        assert score(["hang", lazy, lazy]) == [-1.0, 1.0, 1.0]
+        assert score([lazy] * 4) == [1.0] * 4
+
+
+def test_adapters_share_a_pool_only_with_the_same_warmup(lazy: str) -> None:
+    """The pools are keyed by the warm-up item too (a dict, by its content), and a bad one is a
+    one-line ValueError from the pool's own check."""
+    scorer = spec("imports_its_sample")
+    same = [PooledScorer(scorer, warmup={"response": lazy}).scoring for _ in range(2)]
+    assert same[0].pool() is same[1].pool()
+    assert PooledScorer(scorer).scoring.pool() is not same[0].pool()
+    assert asyncio.run(PooledScorer(scorer).score(lazy)) == 0.0  # no warm-up: cold
+    with pytest.raises(ValueError, match=r"^warmup cannot be pickled: ") as info:
+        PooledScorer(scorer, warmup={"response": threading.Lock()})
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match=r"^warmup must be a tuple"):
+        verl_adapter.compute_score("d", lazy, "1", scorer=scorer, warmup=lazy)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("cold", [True, False])

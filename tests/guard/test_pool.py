@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 from pytest_rewardhang.guard import Outcome, Pool, Status
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL
 from tests.conftest import assert_dead, children, state
+from tests.guard.conftest import Launch
 
 BUDGET = 0.5
 #: Time a kill and the replacement worker may add to a hang, beyond the budget: a correctness
@@ -27,35 +27,6 @@ BUDGET = 0.5
 SLACK = 0.4
 
 pytestmark = [pytest.mark.timeout(30)]
-
-
-class Launch:
-    """One way for a pool's workers to come to exist, as CPython's multiprocessing tests run
-    under each start method: forked from a zygote that imports the scorer by name, or forked
-    from the caller, which serves the scorer wrapped in a closure no fresh interpreter imports.
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def pool(self, fn: Callable[..., Any], **options: Any) -> Pool:
-        target = fn
-        if self.name == "caller":
-
-            def target(*args: Any, **kwargs: Any) -> Any:
-                return fn(*args, **kwargs)
-
-        pool = Pool(target, **options)
-        zygote = pool._engine.zygote
-        if zygote is None or zygote.forked != (self.name == "caller"):
-            pool.close()
-            pytest.fail(f"the pool was meant to fork its workers from the {self.name}")
-        return pool
-
-
-@pytest.fixture(params=["zygote", "caller"])
-def launch(request: pytest.FixtureRequest) -> Launch:
-    return Launch(request.param)
 
 
 # --- scorers: module level, so the zygote imports them by name --------------------------------

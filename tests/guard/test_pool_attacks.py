@@ -23,16 +23,12 @@ import pytest
 from pytest_rewardhang.guard import Pool, Status
 from pytest_rewardhang.guard._wire import RETIRED
 from tests.conftest import assert_dead, pipes, state
-from tests.guard.test_pool import Launch, orphan_grandchildren
+from tests.guard.conftest import Launch
+from tests.guard.test_pool import orphan_grandchildren
 
 pytestmark = [pytest.mark.timeout(60)]
 
 BUDGET = 0.5
-
-
-@pytest.fixture(params=["zygote", "caller"])
-def launch(request: pytest.FixtureRequest) -> Launch:
-    return Launch(request.param)
 
 
 # --- scorers: module level, so the zygote imports them by name --------------------------------

@@ -7,50 +7,28 @@ process has imported it before the pool does.
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 import threading
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_rewardhang.guard import Pool, PoolError, Status, _launch
-from tests.guard.test_pool import Launch
+from tests._lazy import COLD, WARM, imported_before
+from tests.guard.conftest import Launch
 
 BUDGET = 0.5
 
 pytestmark = [pytest.mark.timeout(60)]
 
 
-@pytest.fixture(params=["zygote", "caller"])
-def launch(request: pytest.FixtureRequest) -> Launch:
-    return Launch(request.param)
-
-
-@pytest.fixture
-def lazy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The name of a module nobody has imported, which records the pid that imported it."""
-    name = f"lazy_{uuid.uuid4().hex}"
-    (tmp_path / f"{name}.py").write_text("import os\n\nPID = os.getpid()\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return name
-
-
 # --- scorers: module level, so the zygote imports them by name --------------------------------
 
 
 def first_import(name: str, action: str = "ok") -> str:
-    """Imports ``name`` lazily, as sympy does on its first ``expand``: whether it was imported
-    already, and whether by another process (the zygote this worker was forked from)."""
-    already = name in sys.modules
-    module = importlib.import_module(name)
     if action == "hang":
         return str(sum(range(10**13)))
-    return f"imported before: {already}, elsewhere: {os.getpid() != module.PID}"
+    return imported_before(name)
 
 
 async def first_import_async(name: str, action: str = "ok") -> str:
@@ -65,10 +43,6 @@ def warmup_attack(kind: str) -> float:
     if kind == "hang":
         return float(sum(range(10**13)))
     return 1.0
-
-
-WARM = "imported before: True, elsewhere: True"
-COLD = "imported before: False, elsewhere: False"
 
 
 @pytest.mark.usefixtures("no_leaks")
