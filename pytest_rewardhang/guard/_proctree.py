@@ -260,7 +260,7 @@ def alive(pid: int) -> bool:
     return _state(pid)[0]
 
 
-def stat_fields(pid: int) -> list[bytes] | None:
+def stat_fields(pid: int | str) -> list[bytes] | None:
     """The fields of ``/proc/PID/stat`` from the state on; None once the pid is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -269,6 +269,13 @@ def stat_fields(pid: int) -> list[bytes] | None:
         return None
     # The state follows the parenthesised command name, which may itself hold parentheses.
     return stat[stat.rindex(b")") + 2 :].split()
+
+
+def own_threads() -> int | None:
+    """This process's threads as the kernel counts them, a C library's own included; None
+    without /proc."""
+    fields = stat_fields("self")
+    return None if fields is None else int(fields[17])
 
 
 def stopped(pid: int) -> bool:

@@ -257,9 +257,7 @@ class _State:  # pragma: no cover - worker only
         try:
             if [_identity(fd) for fd in (1, 2)] != self.stdio:
                 return False
-            with open("/proc/self/stat", "rb") as f:
-                stat = f.read()
-            threads = int(stat[stat.rindex(b")") + 2 :].split()[17])
+            threads = _proctree.own_threads()
             opened = {int(fd) for fd in os.listdir("/proc/self/fd")}
         except (OSError, ValueError, IndexError):
             return False

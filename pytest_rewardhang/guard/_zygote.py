@@ -133,15 +133,16 @@ def warm_up(
     """
     if warmup is None:
         return
-    threads = _threads()
+    threads = _proctree.own_threads()
     if isinstance(warmup, tuple):
         status, _, error, _ = call(fn, warmup, {})
     else:
         status, _, error, _ = call(fn, (), warmup)
+    left = _proctree.own_threads()
     text = None
     if status != Status.OK.value:
         text = f"the warm-up call failed in the zygote: {(error or status).splitlines()[0]}"
-    elif _threads() > threads:
+    elif threads is not None and left is not None and left > threads:
         # A fork takes only the forking thread: a lock another thread held stays held for
         # good in every worker.
         text = (
@@ -151,11 +152,6 @@ def warm_up(
     if text is not None:
         sock.send(MSG_WARMUP_FAILED + text.encode("utf-8", "replace"))
         os._exit(1)
-
-
-def _threads() -> int:  # pragma: no cover - zygote only
-    """Threads of this process, as the kernel counts them (C libraries' own included)."""
-    return len(os.listdir("/proc/self/task"))
 
 
 _RESET = (
