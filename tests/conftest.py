@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import os
 import shutil
@@ -8,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,6 +31,32 @@ def children(pid: int | str = "self") -> set[int]:
         except FileNotFoundError:  # a thread that ended since the listing
             continue
     return found
+
+
+_linger_key: ctypes.c_uint | None = None
+
+
+def join_a_lingering_thread(linger_s: float) -> None:
+    """Start a thread and join it, leaving it in the kernel's count of this process's threads
+    for ``linger_s`` more seconds, as a thread does while it exits on a busy machine.
+
+    The thread sets a thread-specific key whose destructor is libc's ``usleep``: glibc runs it,
+    with the value set, as the thread exits, after Python's ``join`` has returned.
+    """
+    global _linger_key
+    libc = ctypes.CDLL(None)
+    if _linger_key is None:
+        key = ctypes.c_uint()
+        destructor = ctypes.cast(libc.usleep, ctypes.c_void_p)
+        assert libc.pthread_key_create(ctypes.byref(key), destructor) == 0
+        _linger_key = key
+
+    def lingering() -> None:
+        libc.pthread_setspecific(_linger_key, ctypes.c_void_p(int(linger_s * 1e6)))
+
+    thread = threading.Thread(target=lingering)
+    thread.start()
+    thread.join()
 
 
 def pipes(exclude: frozenset[str] = frozenset()) -> dict[int, str]:

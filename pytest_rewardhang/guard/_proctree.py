@@ -271,11 +271,22 @@ def stat_fields(pid: int | str) -> list[bytes] | None:
     return stat[stat.rindex(b")") + 2 :].split()
 
 
-def own_threads() -> int | None:
+def own_threads(at_most: int = 0, within: float = 0.0) -> int | None:
     """This process's threads as the kernel counts them, a C library's own included; None
-    without /proc."""
-    fields = stat_fields("self")
-    return None if fields is None else int(fields[17])
+    without /proc.
+
+    Given up to ``within`` seconds to come down to ``at_most``: a thread that Python has joined
+    is still exiting in the kernel for a moment (longer on a busy machine), and counted.
+    """
+    until = time.monotonic() + within
+    while True:
+        fields = stat_fields("self")
+        if fields is None:
+            return None
+        count = int(fields[17])
+        if count <= at_most or time.monotonic() >= until:
+            return count
+        time.sleep(0.001)
 
 
 def stopped(pid: int) -> bool:

@@ -153,6 +153,9 @@ _AUDITED = frozenset(
         "subprocess.Popen",
     }
 )
+#: How long a thread the item joined may take to leave the kernel's count: a thread left
+#: running retires the worker, but one that is only exiting must not.
+_THREAD_EXIT_S = 0.05
 #: Every this many items, the full check runs anyway.
 _FULL_EVERY = 64
 #: An item this long pays for the full check: a few tens of µs against a millisecond.
@@ -257,7 +260,7 @@ class _State:  # pragma: no cover - worker only
         try:
             if [_identity(fd) for fd in (1, 2)] != self.stdio:
                 return False
-            threads = _proctree.own_threads()
+            threads = _proctree.own_threads(1, _THREAD_EXIT_S)
             opened = {int(fd) for fd in os.listdir("/proc/self/fd")}
         except (OSError, ValueError, IndexError):
             return False

@@ -138,11 +138,11 @@ def warm_up(
         status, _, error, _ = call(fn, warmup, {})
     else:
         status, _, error, _ = call(fn, (), warmup)
-    left = _proctree.own_threads()
+    left = None if threads is None else _proctree.own_threads(threads, _THREAD_EXIT_S)
     text = None
     if status != Status.OK.value:
         text = f"the warm-up call failed in the zygote: {(error or status).splitlines()[0]}"
-    elif threads is not None and left is not None and left > threads:
+    elif left is not None and threads is not None and left > threads:
         # A fork takes only the forking thread: a lock another thread held stays held for
         # good in every worker.
         text = (
@@ -180,6 +180,8 @@ def _resolve(target: tuple[Any, ...]) -> Callable[..., Any]:  # pragma: no cover
         return load_callable(f"{path}:{qualname}")
 
 
+#: How long a thread the warm-up joined may take to leave the kernel's count (once, at start).
+_THREAD_EXIT_S = 1.0
 #: How often the zygote looks for exited orphans while some are still exiting, and otherwise.
 _EXITING_POLL_MS = 10
 _SWEEP_MS = 1000

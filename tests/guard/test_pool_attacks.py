@@ -22,7 +22,7 @@ import pytest
 
 from pytest_rewardhang.guard import Pool, Status
 from pytest_rewardhang.guard._wire import RETIRED
-from tests.conftest import assert_dead, pipes, state
+from tests.conftest import assert_dead, join_a_lingering_thread, pipes, state
 from tests.guard.conftest import Launch
 from tests.guard.test_pool import orphan_grandchildren
 
@@ -141,6 +141,14 @@ def leaves_a_thread(log: str, i: int) -> int:
     os.close(fd)
     threading.Thread(target=time.sleep, args=(0.05,), daemon=True).start()
     return i
+
+
+def joins_a_thread(seconds: float) -> int:
+    """Start and join a thread that lingers in the kernel's count, then take ``seconds``: an
+    item past a millisecond gets the worker's full check, kernel thread count and all."""
+    join_a_lingering_thread(0.01)
+    time.sleep(seconds)
+    return os.getpid()
 
 
 def exits_with(log: str, i: int, code: int | None) -> int:
@@ -319,6 +327,16 @@ def test_items_behind_a_retiring_worker_start_exactly_once(tmp_path: Path) -> No
     assert [o.value for o in outs] == list(range(n)), [o.describe() for o in outs if not o.ok]
     starts = [int(line) for line in log.read_text().split()]
     assert sorted(starts) == list(range(n)), "an item was lost or started twice"
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_thread_an_item_joined_does_not_retire_its_worker(launch: Launch) -> None:
+    # The thread is joined but still exiting in the kernel when the full check counts: counted
+    # as one left running, it retired the worker after 14 items in 2,000.
+    with launch.pool(joins_a_thread, workers=2, budget=5.0) as pool:
+        outs = pool.map([(0.002,)] * 30)
+    assert all(out.ok for out in outs), [out.describe() for out in outs if not out.ok]
+    assert len({out.value for out in outs}) <= 2, "a worker retired"
 
 
 @pytest.mark.usefixtures("no_leaks")
