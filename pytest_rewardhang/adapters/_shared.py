@@ -24,6 +24,7 @@ from typing import Any
 # Absolute imports throughout the adapters: verl loads a custom reward file as a standalone
 # module ("custom_module_<hash>"), where relative imports fail.
 from pytest_rewardhang.guard import Outcome, Pool, Status, run
+from pytest_rewardhang.guard._outcome import NOT_SHIPPED
 from pytest_rewardhang.guard._pool import _warmup
 from pytest_rewardhang.guard._run import _reraisable
 from pytest_rewardhang.guard._spec import load_callable
@@ -199,13 +200,9 @@ def default_for(scorer: Scorer, default: Any) -> Any:
 # --- one outcome, one score ------------------------------------------------------------------
 
 
-#: How the pool says a sample never reached the scorer: its arguments would not travel.
-_UNSHIPPABLE = ("the item could not be pickled", "the items could not be unpickled in the worker")
-
-
 def _unshippable(out: Outcome) -> bool:
     error = out.error or ""
-    return out.status is Status.ERROR and any(text in error for text in _UNSHIPPABLE)
+    return out.status is Status.ERROR and any(text in error for text in NOT_SHIPPED)
 
 
 def value_or_default(

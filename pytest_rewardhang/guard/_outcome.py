@@ -50,6 +50,11 @@ class Containment(enum.StrEnum):
     NONE = "none"
 
 
+#: What an item's error says when its arguments never reached the scorer: they would not pickle
+#: in the caller, or not unpickle in the worker. The adapters score such a sample the default.
+UNPICKLABLE_ITEM = "the item could not be pickled"
+UNREADABLE_ITEMS = "the items could not be unpickled in the worker"
+NOT_SHIPPED = (UNPICKLABLE_ITEM, UNREADABLE_ITEMS)
 #: The standard library's folders; ``site-packages`` below them is not the standard library.
 _STDLIB_DIRS = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")})
 #: This package: the guard's and the check's frames are machinery around the call.

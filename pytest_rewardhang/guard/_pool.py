@@ -44,7 +44,7 @@ from ._launch import (
     warn_if_large,
     worker_pipes,
 )
-from ._outcome import Mechanism, Outcome, Status, ok_outcome
+from ._outcome import UNPICKLABLE_ITEM, Mechanism, Outcome, Status, ok_outcome
 from ._run import _check_limits
 from ._spec import SpecError, load_callable
 from ._wire import (
@@ -744,7 +744,7 @@ class _Engine:
         try:
             pickle.dumps(self.items[index], protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - that item's outcome, not the batch's
-            text = f"{type(exc).__name__}: the item could not be pickled: {exc}"
+            text = f"{type(exc).__name__}: {UNPICKLABLE_ITEM}: {exc}"
             self._finish(index, Outcome(Status.ERROR, error=text, budget=self.budget))
             return False
         return True

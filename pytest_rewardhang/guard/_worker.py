@@ -22,7 +22,7 @@ from typing import Any
 
 from . import _cgroup, _proctree
 from ._child import call, setup_child
-from ._outcome import Status
+from ._outcome import UNREADABLE_ITEMS, Status
 from ._wire import (
     CHUNK,
     FENCE,
@@ -360,7 +360,7 @@ class _Serve:  # pragma: no cover - worker only
         try:
             items: list[Any] = pickle.loads(payload)
         except Exception as exc:  # noqa: BLE001 - e.g. a class the worker cannot import
-            text = f"{type(exc).__name__}: the items could not be unpickled in the worker: {exc}"
+            text = f"{type(exc).__name__}: {UNREADABLE_ITEMS}: {exc}"
             items = [_Unreadable(text)] * len(indexes)
         del self.buffer[:end]
         return indexes, items
