@@ -1,7 +1,7 @@
 """Ready wrappers that score a trainer's reward function on a guarded ``Pool``.
 
-Each fits one trainer's real call; all of them submit every sample to one warm pool per scorer
-and process, shared by every thread and coroutine (see ``docs/trainers.md``):
+Each fits one trainer's real call; all of them submit every sample to one warm pool per scorer,
+limits, warm-up and process, shared by every thread and coroutine (see ``docs/trainers.md``):
 
 - :mod:`pytest_rewardhang.adapters.verl`: verl's per-item ``compute_score``, sync and
   ``async def`` (the reward loop), and the legacy batch form.

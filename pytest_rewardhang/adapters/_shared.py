@@ -23,21 +23,32 @@ from typing import Any
 
 # Absolute imports throughout the adapters: verl loads a custom reward file as a standalone
 # module ("custom_module_<hash>"), where relative imports fail.
-from pytest_rewardhang.guard import Outcome, Pool, Status, run
+from pytest_rewardhang.guard import Outcome, Pool, PoolError, Status, run
 from pytest_rewardhang.guard._outcome import NOT_SHIPPED
 from pytest_rewardhang.guard._pool import _warmup
 from pytest_rewardhang.guard._run import _reraisable
-from pytest_rewardhang.guard._spec import load_callable
+from pytest_rewardhang.guard._spec import SpecError, load_callable
 
 log = logging.getLogger("pytest_rewardhang.adapters")
 
 Scorer = Callable[..., Any] | str
 
+#: The pools the adapters started, by :func:`_pool_key`.
 _pools: dict[tuple[Any, ...], Pool] = {}
+#: The starts that failed, by the same key, and what they raised: each pool is tried once per
+#: process (until close_pools), so the samples after a failed start fail at once instead of
+#: trying again one at a time, each up to the pool's 120 s start bound.
+_failed: dict[tuple[Any, ...], tuple[type[Exception], str]] = {}
+#: One lock per pool being started: its start (the import, the warm-up) holds up only the
+#: samples of that pool.
+_starting: dict[tuple[Any, ...], threading.Lock] = {}
 _lock = threading.Lock()
 _SNIPPET = 200
 #: How long reading a scorer's signature may take: importing it in a forked child.
 _PROBE_S = 120.0
+
+#: One sample's arguments to the scorer: positional ones in a tuple, keyword ones in a mapping.
+Warmup = tuple[Any, ...] | Mapping[str, Any] | None
 
 
 def _pool_key(
@@ -48,12 +59,16 @@ def _pool_key(
     return (scorer, float(budget), memory_mb, workers, warmup, os.getpid())
 
 
-def warmup_key(warmup: tuple[Any, ...] | Mapping[str, Any] | None) -> bytes | None:
+def warmup_key(warmup: Warmup) -> bytes | None:
     """The warm-up item as part of a pool's key (a dict is not hashable): its pickle, after
-    the pool's own check, whose one-line ValueError names what is wrong with it."""
+    the pool's own check, whose one-line ValueError names what is wrong with it. Keyword
+    arguments in another order are the same warm-up."""
     if warmup is None:
         return None
-    return pickle.dumps(_warmup(warmup), protocol=pickle.HIGHEST_PROTOCOL)
+    warm = _warmup(warmup)
+    if isinstance(warm, dict):
+        warm = dict(sorted(warm.items()))
+    return pickle.dumps(warm, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def pool_for(
@@ -64,19 +79,41 @@ def pool_for(
     warmup: bytes | None = None,
 ) -> Pool:
     """The warm pool for this scorer, these limits and this warm-up item (its
-    :func:`warmup_key`), started on first use in this process."""
+    :func:`warmup_key`), started on the first sample in this process."""
     key = _pool_key(scorer, budget, memory_mb, workers, warmup)
     with _lock:
         pool = _pools.get(key)
-        if pool is None or pool.closed:
-            pool = _pools[key] = Pool(
+        if pool is not None and not pool.closed:
+            return pool
+        starting = _starting.setdefault(key, threading.Lock())
+    with starting:
+        with _lock:
+            pool = _pools.get(key)
+            failed = _failed.get(key)
+        if pool is not None and not pool.closed:
+            return pool  # another thread started it meanwhile
+        if failed is not None:
+            raise failed[0](failed[1])
+        try:
+            pool = Pool(
                 scorer,
                 workers=workers,
                 budget=budget,
                 memory_mb=memory_mb,
                 warmup=None if warmup is None else pickle.loads(warmup),
             )
+        except (PoolError, SpecError) as exc:
+            text = f"the pool of scorer {_shown(scorer)} did not start: {exc}"
+            with _lock:
+                _failed[key] = (type(exc), text)
+            raise type(exc)(text) from None
+        with _lock:
+            _pools[key] = pool
         return pool
+
+
+def _shown(scorer: Scorer) -> str:
+    return repr(scorer) if isinstance(scorer, str) else scorer_name(scorer)
 
 
 def close_pools() -> None:
@@ -84,6 +121,7 @@ def close_pools() -> None:
     with _lock:
         pools = list(_pools.values())
         _pools.clear()
+        _failed.clear()  # a scorer fixed since may start now
     for pool in pools:
         pool.close()
 
@@ -261,7 +299,7 @@ class Scoring:
         memory_mb: float | None = None,
         hang_log: str | None = None,
         name: str | None = None,
-        warmup: tuple[Any, ...] | Mapping[str, Any] | None = None,
+        warmup: Warmup = None,
     ) -> None:
         self.scorer = scorer
         self.budget = budget

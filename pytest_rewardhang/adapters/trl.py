@@ -19,7 +19,7 @@ raises is raised here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
@@ -89,7 +89,7 @@ def async_pooled_reward(
     columns: Collection[str] | None = None,
     hang_log: str | None = None,
     name: str | None = None,
-    warmup: tuple[Any, ...] | Mapping[str, Any] | None = None,
+    warmup: _shared.Warmup = None,
 ) -> Callable[..., Coroutine[Any, Any, list[Any]]]:
     """:func:`pooled_reward` as an ``async def`` TRL reward function.
 

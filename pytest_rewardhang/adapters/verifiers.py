@@ -18,7 +18,7 @@ warning line.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
@@ -38,7 +38,7 @@ def pooled_rubric_func(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     name: str | None = None,
-    warmup: tuple[Any, ...] | Mapping[str, Any] | None = None,
+    warmup: _shared.Warmup = None,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     """An ``async def`` rubric function scoring ``scorer`` on a warm guarded pool.
 

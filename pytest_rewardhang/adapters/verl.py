@@ -77,7 +77,7 @@ def compute_score(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     workers: int = 2,
-    warmup: Mapping[str, Any] | None = None,
+    warmup: _shared.Warmup = None,
     **kwargs: Any,
 ) -> Any:
     """verl's per-item signature; ``kwargs`` beyond the guard's own go to the scorer."""
@@ -98,7 +98,7 @@ async def compute_score_async(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     workers: int = 2,
-    warmup: Mapping[str, Any] | None = None,
+    warmup: _shared.Warmup = None,
     **kwargs: Any,
 ) -> Any:
     """:func:`compute_score` as an ``async def``, which verl's reward loop awaits."""
@@ -120,7 +120,7 @@ def compute_score_batch(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     workers: int = 2,
-    warmup: Mapping[str, Any] | None = None,
+    warmup: _shared.Warmup = None,
     **kwargs: Any,
 ) -> list[Any]:
     """Legacy: verl's batch signature (``reward_model.reward_manager=batch``).
@@ -148,7 +148,7 @@ def guarded_compute_score(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     workers: int = 2,
-    warmup: Mapping[str, Any] | None = None,
+    warmup: _shared.Warmup = None,
 ) -> Callable[..., Any]:
     """:func:`compute_score` bound to one scorer, for ``custom_reward_function.name``."""
     return functools.partial(
@@ -171,7 +171,7 @@ def guarded_compute_score_async(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     workers: int = 2,
-    warmup: Mapping[str, Any] | None = None,
+    warmup: _shared.Warmup = None,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     """:func:`compute_score_async` bound to one scorer; still a coroutine function to verl
     (``inspect.iscoroutinefunction`` sees through ``functools.partial``)."""
@@ -195,7 +195,7 @@ def guarded_compute_score_batch(
     memory_mb: float | None = None,
     hang_log: str | None = None,
     workers: int = 2,
-    warmup: Mapping[str, Any] | None = None,
+    warmup: _shared.Warmup = None,
 ) -> Callable[..., list[Any]]:
     """Legacy: :func:`compute_score_batch` bound to one scorer."""
     return functools.partial(
@@ -217,7 +217,7 @@ def _scoring(
     memory_mb: float | None,
     hang_log: str | None,
     workers: int,
-    warmup: Mapping[str, Any] | None,
+    warmup: _shared.Warmup,
 ) -> _shared.Scoring:
     name = scorer if isinstance(scorer, str) else getattr(scorer, "__qualname__", repr(scorer))
     return _shared.Scoring(
@@ -228,5 +228,18 @@ def _scoring(
         memory_mb=memory_mb,
         hang_log=hang_log,
         name=name,
-        warmup=warmup,
+        # A YAML warm-up comes as Hydra's DictConfig: its samples' dicts and lists, as a real
+        # sample has them (and a pickle that needs no omegaconf).
+        warmup=_plain(warmup),
     )
+
+
+def _plain(value: Any) -> Any:
+    """A value of verl's Hydra config as plain Python: mappings to dicts, sequences to lists."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_plain(item) for item in value)
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [_plain(item) for item in value]
+    return value

@@ -232,7 +232,10 @@ def config_message(
 ) -> list[bytes]:
     """What the zygote needs to import the scorer and start workers, as the caller sends it:
     one message per item of the list (the length, then the pickled config in pieces)."""
-    config = {"path": path, "target": target, "memory_mb": memory_mb, "warmup": warmup}
+    # The warm-up pickled apart: the zygote unpickles it only once sys.path is the caller's and
+    # the scorer is imported, as the classes of its arguments may need either.
+    warm = None if warmup is None else pickle.dumps(warmup, protocol=pickle.HIGHEST_PROTOCOL)
+    config = {"path": path, "target": target, "memory_mb": memory_mb, "warmup": warm}
     blob = pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
     pieces = [blob[at : at + CONFIG_PIECE] for at in range(0, len(blob), CONFIG_PIECE)]
     return [CONFIG_SIZE.pack(len(blob)), *pieces]
@@ -240,8 +243,9 @@ def config_message(
 
 def read_config(
     receive: Any,
-) -> tuple[list[str], tuple[Any, ...], float | None, Warmup]:  # pragma: no cover - zygote only
-    """``(sys.path, target, memory_mb, warmup)``, as the zygote reads it with ``receive(limit)``."""
+) -> tuple[list[str], tuple[Any, ...], float | None, bytes | None]:  # pragma: no cover - zygote
+    """``(sys.path, target, memory_mb, warmup)``, as the zygote reads it with ``receive(limit)``;
+    the warm-up still pickled."""
     (size,) = CONFIG_SIZE.unpack(receive(CONFIG_SIZE.size))
     blob = bytearray()
     while len(blob) < size:

@@ -23,7 +23,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from . import _cgroup, _contain, _proctree
 from ._child import call
@@ -66,7 +66,7 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
     # Inherited ignore dispositions survive exec; ignored SIGCHLD would reap workers unseen.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
-        path, target, memory_mb, warmup = read_config(sock.recv)
+        path, target, memory_mb, warm = read_config(sock.recv)
     except Exception:  # noqa: BLE001 - the caller went away (interrupted, say) before it was sent
         os._exit(1)
     sys.path[:] = path
@@ -76,6 +76,11 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
         text = f"{type(exc).__name__}: {exc}".splitlines()[0]
         sock.send(MSG_ERROR + text.encode("utf-8", "replace"))
         os._exit(1)
+    try:
+        warmup = None if warm is None else pickle.loads(warm)
+    except Exception as exc:  # noqa: BLE001 - e.g. a class of the caller's __main__
+        what = f"{type(exc).__name__}: {exc}"
+        _warmup_failed(sock, f"the warm-up item could not be unpickled in the zygote: {what}")
     warm_up(sock, fn, warmup)
     _contain.prepare()  # before we adopt orphans
     # Orphans of a crashed worker come to us, to be killed. No death signal: the caller's pidfd
@@ -150,8 +155,12 @@ def warm_up(
             "and so must have none"
         )
     if text is not None:
-        sock.send(MSG_WARMUP_FAILED + text.encode("utf-8", "replace"))
-        os._exit(1)
+        _warmup_failed(sock, text)
+
+
+def _warmup_failed(sock: socket.socket, text: str) -> NoReturn:  # pragma: no cover - zygote only
+    sock.send(MSG_WARMUP_FAILED + text.splitlines()[0].encode("utf-8", "replace"))
+    os._exit(1)
 
 
 _RESET = (

@@ -116,12 +116,24 @@ def score_dict(response: Any, label: Any) -> Any:
 # Every adapter's shape, for the warm-up: imports the module its response names (tests/_lazy.py),
 # and scores 1.0 when a warm-up in the pool's zygote imported it first.
 def imports_its_sample(*args: Any, **sample: Any) -> Any:
-    text = args[0] if args else next(sample[k] for k in _RESPONSE if k in sample)
-    if isinstance(text, list):  # verifiers: the completion is a list of messages
-        text = text[-1]["content"]
+    text = _response(args, sample)
     if "hang" in text:
         return _check(text, "")
     return float(imported_before(text) == WARM)
+
+
+def logs_and_raises(*args: Any, **sample: Any) -> Any:
+    """A warm-up that fails: appends a line to the file its response names, then raises."""
+    with open(_response(args, sample), "a") as log:
+        log.write("started\n")
+    raise ValueError("the warm-up sample is bad")
+
+
+def _response(args: tuple[Any, ...], sample: dict[str, Any]) -> Any:
+    text = args[0] if args else next(sample[k] for k in _RESPONSE if k in sample)
+    if isinstance(text, list):  # verifiers: the completion is a list of messages
+        text = text[-1]["content"]
+    return text
 
 
 #: What each trainer calls the response: verl, TRL and verifiers, OpenRLHF and slime.

@@ -41,11 +41,13 @@ from typing import Any
 import pytest
 
 import pytest_rewardhang.adapters.verl as verl_adapter
+from pytest_rewardhang.adapters import close_pools
 from pytest_rewardhang.adapters.generic import PooledScorer
 from pytest_rewardhang.adapters.openrlhf import pooled_reward_func
 from pytest_rewardhang.adapters.slime import pooled_group_rm, pooled_rm
 from pytest_rewardhang.adapters.trl import async_pooled_reward, pooled_reward
 from pytest_rewardhang.adapters.verifiers import pooled_rubric_func
+from pytest_rewardhang.guard import PoolError
 from tests.adapters._scorers import BUDGET, NAP_S, SLACK, spec
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaks", "closed_pools")]
@@ -437,8 +439,8 @@ def test_every_adapter_warms_its_pool_with_the_warmup_item(adapter: str, lazy: s
     warmup: Any = {"response": lazy}
     if adapter == "generic":
         warmup = (lazy,)
-    elif adapter.startswith("verl"):  # a mapping, not a dict, as verl's Hydra hands it over
-        warmup = MappingProxyType(warmup)
+    elif adapter.startswith("verl"):  # mappings, not dicts, as verl's Hydra hands them over
+        warmup = MappingProxyType({**warmup, "extra_info": MappingProxyType({"split": "train"})})
     score = warmed(adapter, warmup)
     assert score([lazy] * 4) == [1.0] * 4
     if adapter == "verl_async":  # a hung sample scores the default; the rest go on warm
@@ -450,7 +452,10 @@ def test_adapters_share_a_pool_only_with_the_same_warmup(lazy: str) -> None:
     """The pools are keyed by the warm-up item too (a dict, by its content), and a bad one is a
     one-line ValueError from the pool's own check."""
     scorer = spec("imports_its_sample")
-    same = [PooledScorer(scorer, warmup={"response": lazy}).scoring for _ in range(2)]
+    same = [
+        PooledScorer(scorer, warmup=warmup).scoring
+        for warmup in ({"response": lazy, "label": "1"}, {"label": "1", "response": lazy})
+    ]
     assert same[0].pool() is same[1].pool()
     assert PooledScorer(scorer).scoring.pool() is not same[0].pool()
     assert asyncio.run(PooledScorer(scorer).score(lazy)) == 0.0  # no warm-up: cold
@@ -459,6 +464,39 @@ def test_adapters_share_a_pool_only_with_the_same_warmup(lazy: str) -> None:
     assert "\n" not in str(info.value)
     with pytest.raises(ValueError, match=r"^warmup must be a tuple"):
         verl_adapter.compute_score("d", lazy, "1", scorer=scorer, warmup=lazy)  # type: ignore[arg-type]
+
+
+def test_a_pool_that_cannot_start_is_tried_once_and_each_sample_says_why(tmp_path: Path) -> None:
+    """256 samples of a verl step used to try the start again one after another (each up to
+    the 120 s start bound, for a warm-up that hangs): now the first failure is every sample's,
+    at once, until close_pools()."""
+    log = tmp_path / "starts"
+    scorer = spec("logs_and_raises")
+    fn = verl_adapter.guarded_compute_score_async(
+        scorer, budget=BUDGET, warmup={"solution_str": str(log)}
+    )
+
+    async def step() -> list[Any]:
+        return list(
+            await asyncio.gather(*(fn("d", "x", "1") for _ in range(6)), return_exceptions=True)
+        )
+
+    errors = asyncio.run(step())
+    assert {str(error) for error in errors} == {
+        f"the pool of scorer {scorer!r} did not start: the warm-up call failed in the zygote: "
+        "ValueError: the warm-up sample is bad"
+    }
+    assert all(isinstance(error, PoolError) for error in errors)
+    assert log.read_text() == "started\n"
+    again = verl_adapter.guarded_compute_score(
+        scorer, budget=BUDGET, warmup={"solution_str": str(log)}
+    )
+    with pytest.raises(PoolError, match="did not start"):
+        again("d", "x", "1")
+    assert log.read_text() == "started\n"
+    close_pools()  # a fixed scorer may start again
+    assert len(asyncio.run(step())) == 6
+    assert log.read_text() == "started\n" * 2
 
 
 @pytest.mark.parametrize("cold", [True, False])

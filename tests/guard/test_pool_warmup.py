@@ -7,8 +7,11 @@ process has imported it before the pool does.
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +37,10 @@ def first_import(name: str, action: str = "ok") -> str:
 
 async def first_import_async(name: str, action: str = "ok") -> str:
     return first_import(name, action)
+
+
+def opens(box: Any) -> Any:
+    return box.content
 
 
 def warmup_attack(kind: str) -> float:
@@ -86,6 +93,22 @@ def test_a_warmup_that_fails_stops_the_start_in_one_line(
     with pytest.raises(PoolError) as raised:
         launch.pool(warmup_attack, workers=2, budget=BUDGET, warmup=(kind,))
     assert str(raised.value) == text
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_warmup_of_a_class_found_through_the_callers_sys_path(
+    launch: Launch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The class is importable only through a folder put on sys.path at run time: the zygote
+    # unpickled the warm-up before it took the caller's sys.path, and exited without a word.
+    name = f"boxes_{uuid.uuid4().hex}"
+    (tmp_path / f"{name}.py").write_text(
+        "class Box:\n    def __init__(self, content):\n        self.content = content\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    box = importlib.import_module(name).Box("warm")
+    with launch.pool(opens, workers=2, budget=BUDGET, warmup=(box,)) as pool:
+        assert [out.value for out in pool.map([(box,)] * 2)] == ["warm"] * 2
 
 
 @pytest.mark.usefixtures("no_leaks")
