@@ -1089,7 +1089,10 @@ class _Engine:
             # It may have read the fence after this answer, and retired without a word.
             worker.after_fence = sent[0][0] if sent else _NEXT
         self.replaced = 0
-        worker.last_end = end
+        # The worker's clock, but the call may have forged the frame: a time to come (or NaN)
+        # would put the next item's deadline out of reach.
+        now = time.monotonic()
+        worker.last_end = end if end <= now else now
         worker.cpu_base = cpu_total
         if worker.dumped == index:  # the dump came just before it finished: drop it
             read_bounded(worker.fds["stack_r"], STACK_LIMIT)

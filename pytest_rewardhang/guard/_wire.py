@@ -149,14 +149,22 @@ NO_ITEM = (1 << 64) - 1
 _SCRIBBLED_FIELDS = (MAGIC, 0, 0, 0, NO_ITEM, 0, 0.0, 0.0, 0.0, 0.0, 0, False, 0.0)
 
 
+def result_payload(frame: tuple[Any, ...]) -> bytes | None:  # pragma: no cover - worker only
+    """The pickled ``(status, value, error, exception)`` of a call, or None for an OK float,
+    which its result frame carries itself."""
+    if frame[0] == _OK_VALUE and type(frame[1]) is float:
+        return None
+    return pickle_frame(frame)
+
+
 def result_frame(
-    frame: tuple[Any, ...], output: bytes, *fields: Any
+    frame: tuple[Any, ...], payload: bytes | None, output: bytes, *fields: Any
 ) -> bytes:  # pragma: no cover - worker only
     """An item's result frame, as the worker writes it: ``fields`` are RESULT's from the fourth
-    to the value's; ``frame`` is the call's ``(status, value, error, exception)``."""
-    if frame[0] == _OK_VALUE and type(frame[1]) is float:
+    to the value's; ``frame`` is the call's ``(status, value, error, exception)`` and
+    ``payload`` its :func:`result_payload`."""
+    if payload is None:
         return RESULT.pack(MAGIC, 0, len(output), *fields, frame[1]) + output
-    payload = pickle_frame(frame)
     return RESULT.pack(MAGIC, len(payload), len(output), *fields, 0.0) + output + payload
 
 

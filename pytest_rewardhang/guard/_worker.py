@@ -30,6 +30,7 @@ from ._wire import (
     RETIRED,
     read_bounded,
     result_frame,
+    result_payload,
     task_frame,
     write_all,
 )
@@ -163,8 +164,11 @@ _FULL_AFTER_S = 0.001
 #: Descriptors an item may leave open (a scorer's lazily opened cache, say) before the worker
 #: is replaced rather than run out of them.
 _SPARE_FDS = 32
-_ITIMERS = (signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+#: Every interval timer: one an item left set fires in a later item, whose process it ends.
+_ITIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
 _NO_TIMER = (0.0, 0.0)
+#: How a call changes the C environment itself, which os.environ does not show.
+_ENV_EVENTS = frozenset({"os.putenv", "os.unsetenv"})
 #: The handlers as the C module has them: signal.getsignal's enum conversion, for each of 64
 #: signals, was half the cost of the full check. The mask likewise: signal.pthread_sigmask
 #: turns every number it returns into an enum member, a µs an item.
@@ -179,14 +183,17 @@ class _State:  # pragma: no cover - worker only
     """What the worker was like before its first item, put back after each one.
 
     Per item, cheaply (a few system calls, no /proc): the working directory (``fchdir``,
-    after an item that left it), the umask, the signal mask, the alarm, Python threads. After
-    an item that touched what those do not cover (an audited event: ``setrlimit``, ``putenv``,
-    ``open``, ``ctypes``, a fork), or that ran for over a millisecond, and every 64th item:
-    the environment, the resource limits, the interval timers, every signal handler Python
-    knows, the descriptors, fds 0-2 and the threads the kernel counts. What cannot be put back
-    (a thread left running, a hard limit lowered, more than 32 new descriptors, fd 1 or 2
-    pointed elsewhere) retires the worker once its answer is written; the items queued behind
-    go to a fresh one.
+    after an item that left it), the umask, the signal mask, the three interval timers (the
+    alarm among them), Python threads. After an item that touched what those do not cover (an
+    audited event: ``setrlimit``, ``putenv``, ``open``, ``ctypes``, a fork), or that ran for
+    over a millisecond, and every 64th item: the environment (``os.putenv``'s own too), the
+    resource limits, the niceness and CPU affinity, every signal handler Python knows, the
+    descriptors, fds 0-2 and the threads the kernel counts. What cannot be put back (a thread
+    left running, a hard limit lowered, a niceness raised without the privilege to lower it,
+    more than 32 new descriptors, fd 1 or 2 pointed elsewhere) retires the worker once its
+    answer is written; the items queued behind go to a fresh one. A quick item's signal
+    handler, or C code's change to what the cheap check does not cover, is put back only at
+    the next full check.
     """
 
     def __init__(self, own_fds: list[int]) -> None:
@@ -198,6 +205,10 @@ class _State:  # pragma: no cover - worker only
         os.umask(self.umask)
         self.mask = _sigmask(signal.SIG_BLOCK, ())
         self.environ = dict(os.environ._data)  # type: ignore[attr-defined]
+        #: Names the item passed to os.putenv or os.unsetenv (as bytes), seen by the audit hook.
+        self.env_keys: set[bytes] = set()
+        self.nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self.affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         self.limits = {
             number: resource.getrlimit(number)
             for name in dir(resource)
@@ -226,8 +237,9 @@ class _State:  # pragma: no cover - worker only
         os.umask(self.umask)
         if _sigmask(signal.SIG_SETMASK, self.mask) != self.mask:
             self.dirty = True
-        if signal.setitimer(signal.ITIMER_REAL, 0) != _NO_TIMER:
-            self.dirty = True
+        for which in _ITIMERS:
+            if signal.setitimer(which, 0) != _NO_TIMER:
+                self.dirty = True
         if not alone:
             return False
         self.count += 1
@@ -242,8 +254,19 @@ class _State:  # pragma: no cover - worker only
             os.environ.clear()
             for key, value in self.environ.items():
                 os.environ[os.fsdecode(key)] = os.fsdecode(value)
-        for which in _ITIMERS:
-            signal.setitimer(which, 0)
+        touched, self.env_keys = self.env_keys, set()
+        for name in touched:  # put or unset by os.putenv or os.unsetenv themselves
+            if name in self.environ:
+                os.putenv(name, self.environ[name])
+            else:
+                os.unsetenv(name)
+        try:
+            if os.getpriority(os.PRIO_PROCESS, 0) != self.nice:
+                os.setpriority(os.PRIO_PROCESS, 0, self.nice)
+            if self.affinity is not None and os.sched_getaffinity(0) != self.affinity:
+                os.sched_setaffinity(0, self.affinity)
+        except OSError:  # a niceness raised cannot be lowered again without privilege
+            return False
         for number, (soft, hard) in self.limits.items():
             now = resource.getrlimit(number)
             if now != (soft, hard):
@@ -284,9 +307,11 @@ def _audit_hook(state: _State) -> Callable[[str, tuple[Any, ...]], None]:  # pra
     is one each item); on a function it is a dictionary miss.
     """
 
-    def audit(event: str, _: tuple[Any, ...]) -> None:
+    def audit(event: str, args: tuple[Any, ...]) -> None:
         if event in _AUDITED:
             state.dirty = True
+            if event in _ENV_EVENTS:
+                state.env_keys.add(os.fsencode(args[0]))
         elif event == "os.chdir":
             state.moved = True
 
@@ -378,6 +403,9 @@ class _Serve:  # pragma: no cover - worker only
             frame = call(self.fn, item[0], item[1])
         else:
             frame = (Status.ERROR.value, None, item.text, None)
+        # Pickled before the checks below, as pickling runs the value's __reduce__: code of
+        # the call's, which may change the state, fork or start a thread just as well.
+        payload = result_payload(frame)
         if os.getpid() != self.pid:
             os._exit(0)  # a child the call forked, returning: it never answers for the worker
         wall = time.perf_counter() - start
@@ -403,6 +431,7 @@ class _Serve:  # pragma: no cover - worker only
             leaving = True
         result = result_frame(
             frame,
+            payload,
             output,
             dropped,
             index,

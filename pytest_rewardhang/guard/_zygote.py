@@ -112,6 +112,12 @@ def serve_forked(
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        # The caller's wakeup fd (asyncio's): a signal handled in a worker would wake the
+        # caller's own handlers. Its stdin: the warm-up and every worker could read it.
+        signal.set_wakeup_fd(-1)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
         os.setsid()
         caller_pidfd = os.pidfd_open(caller)
         if os.getppid() != caller:
@@ -144,6 +150,8 @@ def warm_up(
     else:
         status, _, error, _ = call(fn, (), warmup)
     left = None if threads is None else _proctree.own_threads(threads, _THREAD_EXIT_S)
+    for which in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+        signal.setitimer(which, 0)  # an alarm it left would end the zygote later, not the call
     text = None
     if status != Status.OK.value:
         text = f"the warm-up call failed in the zygote: {(error or status).splitlines()[0]}"

@@ -340,7 +340,7 @@ def test_deadline_runs_from_item_start_not_submission(tmp_path: Path, launch: La
         assert BUDGET <= out.wall_s <= BUDGET + SLACK
         assert out.cpu_s > BUDGET * 0.2  # measured by wait4 for the killed worker
     assert [o.value for o in outs[4:]] == [f"Q{i}" for i in range(8)]
-    assert all(o.wall_s < 0.1 for o in outs[4:])
+    assert all(o.wall_s < BUDGET for o in outs[4:])  # the quick calls themselves, not queued
     # Four hangs over two workers cost two budgets, not four (which would be 4 * BUDGET).
     assert 2 * BUDGET <= elapsed < 3.5 * BUDGET
 

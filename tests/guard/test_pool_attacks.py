@@ -6,6 +6,7 @@ budget plus seconds, leave nothing behind, and charge no item but the attacker's
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import resource
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from pytest_rewardhang.guard import Pool, Status
-from pytest_rewardhang.guard._wire import RETIRED
+from pytest_rewardhang.guard._wire import RETIRED, result_frame
 from tests.conftest import assert_dead, join_a_lingering_thread, pipes, state
 from tests.guard.conftest import Launch
 from tests.guard.test_pool import orphan_grandchildren
@@ -78,6 +79,35 @@ def attack(kind: str, arg: str = "") -> Any:
         signal.alarm(1)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         return "set"
+    if kind == "itimers":  # a quick item: no audited event, no full check after it
+        signal.setitimer(signal.ITIMER_PROF, 0.3)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0.3)
+        return "set"
+    if kind == "putenv":  # the C environment itself: os.environ does not see it
+        os.putenv("REWARDHANG_POISON", "1")
+        os.unsetenv("PATH")
+        return "set"
+    if kind == "nice-affinity":  # found by the full check: a quick item's wait for the 64th
+        os.nice(3)
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        time.sleep(0.002)
+        return "set"
+    if kind == "reduce-changes-state":  # code of the call's that runs as its value is pickled
+        return ChangesStateWhenPickled()
+    if kind == "forge-answer":  # a well-formed answer of its own, ending in a time to come
+        serving = sys._getframe()
+        while serving.f_code.co_name != "_one":
+            serving = serving.f_back  # type: ignore[assignment]
+        serve, index = serving.f_locals["self"], serving.f_locals["index"]
+        fields = (0, index, 0, 0.001, 0.0, 0.0, 1e12, 0, False)
+        os.write(serve.result_w, result_frame(("ok", 1.0, None, None), None, b"", *fields))
+        time.sleep(3600)
+    if kind == "signal-self":
+        signal.signal(signal.SIGUSR1, lambda *_: None)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        return "signalled"
+    if kind == "read-stdin":
+        return os.read(0, 100)
     if kind == "leak-fds":  # every descriptor the limit allows, left open
         fd = os.open(os.devnull, os.O_RDONLY)
         try:
@@ -115,8 +145,24 @@ def attack(kind: str, arg: str = "") -> Any:
             os.umask(0o022),
             os.environ.get("REWARDHANG_POISON"),
             signal.pthread_sigmask(signal.SIG_BLOCK, ()) == set(),
+            LIBC.getenv(b"REWARDHANG_POISON"),
+            LIBC.getenv(b"PATH") is not None,
+            os.getpriority(os.PRIO_PROCESS, 0),
+            sorted(os.sched_getaffinity(0)),
         )
     raise ValueError(kind)
+
+
+LIBC = ctypes.CDLL(None)
+LIBC.getenv.restype = ctypes.c_char_p
+
+
+class ChangesStateWhenPickled:
+    def __reduce__(self) -> tuple[Any, ...]:
+        os.umask(0o777)
+        os.putenv("REWARDHANG_POISON", "1")
+        signal.alarm(1)
+        return (str, ("pickled",))
 
 
 def quick(i: int) -> int:
@@ -225,7 +271,18 @@ def test_an_item_that_stops_or_kills_the_zygote(kind: str, launch: Launch) -> No
 
 @pytest.mark.parametrize(
     "kind",
-    ["thread-kills-worker", "nofile", "cpu", "chdir-deleted", "umask-env-alarm", "leak-fds"],
+    [
+        "thread-kills-worker",
+        "nofile",
+        "cpu",
+        "chdir-deleted",
+        "umask-env-alarm",
+        "itimers",
+        "putenv",
+        "nice-affinity",
+        "reduce-changes-state",
+        "leak-fds",
+    ],
 )
 @pytest.mark.usefixtures("no_leaks")
 def test_what_an_item_changes_does_not_charge_the_next(
@@ -243,10 +300,21 @@ def test_what_an_item_changes_does_not_charge_the_next(
             after = pool.map([("innocent", str(tmp_path))])[0]
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    assert first.ok, first.describe()
+    # Refused in the caller (a class is not plain data), but pickled in the worker all the same.
+    assert first.ok or kind == "reduce-changes-state", first.describe()
+    untouched = (
+        here,
+        0o022,
+        None,
+        True,
+        None,
+        True,
+        os.getpriority(os.PRIO_PROCESS, 0),
+        sorted(os.sched_getaffinity(0)),
+    )
     for out in (later, after):
         assert out.ok, out.describe()
-        assert out.value == (here, 0o022, None, True)
+        assert out.value == untouched
 
 
 @pytest.mark.usefixtures("no_leaks")
@@ -278,6 +346,48 @@ def test_garbage_on_the_result_pipe_costs_only_its_own_item(launch: Launch) -> N
         assert out.status is Status.CRASHED, out.describe()
         assert "wrote on the worker's pipe" in (out.error or ""), out.describe()
     assert [o.value for o in outs[1::2]] == ["forked"] * 3
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_forged_answer_ending_in_the_future_freezes_nothing(launch: Launch) -> None:
+    # The call wrote an answer for itself whose end was 1e12 s of the monotonic clock: the
+    # next item's deadline, counted from it, was never reached, and map() never returned.
+    with launch.pool(attack, workers=1, budget=BUDGET) as pool:
+        start = time.monotonic()
+        outs = pool.map([("forge-answer",), ("fork-and-return",), ("fork-and-return",)])
+        took = time.monotonic() - start
+    assert took < BUDGET + 20  # a correctness bound: the kill came at a deadline at all
+    assert outs[0].value == 1.0  # its own answer, forged as it may be
+    assert outs[1].status is Status.TIMEOUT, outs[1].describe()  # killed in the forger's sleep
+    assert outs[2].value == "forked"
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_closure_pool_wakes_no_handler_and_reads_no_input_of_the_caller() -> None:
+    # Forked from the caller, the zygote kept the caller's signal wakeup fd (asyncio's) and its
+    # stdin: a signal handled in a worker woke the caller's loop, and the warm-up read its input.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    feed_r, feed_w = os.pipe()
+    os.write(feed_w, b"the caller's input")
+    os.close(feed_w)
+    stdin = os.dup(0)
+    os.dup2(feed_r, 0)
+    os.close(feed_r)
+    previous = signal.set_wakeup_fd(wake_w)
+    try:
+        with Launch("caller").pool(attack, workers=1, budget=5.0, warmup=("read-stdin",)) as pool:
+            outs = pool.map([("signal-self",), ("read-stdin",)])
+        assert [out.value for out in outs] == ["signalled", b""]
+        assert os.read(0, 100) == b"the caller's input"
+        os.set_blocking(wake_r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(wake_r, 1)
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.dup2(stdin, 0)
+        for fd in (stdin, wake_r, wake_w):
+            os.close(fd)
 
 
 @pytest.mark.usefixtures("no_leaks")

@@ -8,6 +8,7 @@ process has imported it before the pool does.
 from __future__ import annotations
 
 import importlib
+import signal
 import threading
 import time
 import uuid
@@ -52,6 +53,8 @@ def warmup_attack(kind: str) -> float:
         return float(sum(range(10**13)))
     if kind == "joined":
         join_a_lingering_thread(0.2)
+    if kind == "alarm":
+        signal.alarm(1)
     return 1.0
 
 
@@ -117,6 +120,15 @@ def test_a_thread_the_warmup_joined_is_not_one_left_running(launch: Launch) -> N
     # threads saw it, and 3 starts in 40 failed on a thread that only started and joined one.
     with launch.pool(warmup_attack, workers=2, budget=BUDGET, warmup=("joined",)) as pool:
         assert [out.value for out in pool.map([("ok",)] * 4)] == [1.0] * 4
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_an_alarm_the_warmup_left_never_ends_the_zygote(launch: Launch) -> None:
+    with launch.pool(warmup_attack, workers=2, budget=BUDGET, warmup=("alarm",)) as pool:
+        zygote = pool._engine.zygote
+        time.sleep(1.5)  # past the alarm
+        assert [out.value for out in pool.map([("ok",)] * 4)] == [1.0] * 4
+        assert pool._engine.zygote is zygote, "the zygote died and was replaced"
 
 
 @pytest.mark.usefixtures("no_leaks")
