@@ -84,6 +84,9 @@ _BATCH_S = 0.01
 _GATHER_S = 0.005
 _FOREVER_S = 1e9
 _MAX_BATCH = 256
+#: An answer's pickle over this many bytes is decoded beside the loop, not in it: see
+#: _Engine._decode_aside.
+_ASIDE_OVER = 256 * 1024
 #: poll()'s longest timeout, in ms (a C int); any budget works.
 _MAX_POLL_MS = 1 << 30
 #: How long the zygote may take to acknowledge a kill (it does so before killing), and to fork
@@ -213,6 +216,16 @@ class _Cancel:
 
     def __init__(self, batch: _Batch) -> None:
         self.batch = batch
+
+
+class _Decoded:
+    """An item's outcome decoded off the loop's thread (see _Engine._decode_aside)."""
+
+    __slots__ = ("index", "outcome")
+
+    def __init__(self, index: int, outcome: Outcome) -> None:
+        self.index = index
+        self.outcome = outcome
 
 
 class _Slots:
@@ -349,7 +362,7 @@ class _Engine:
         #: The driving thread is in (or about to enter) poll(): only then is it woken.
         self.idle = False
         self.driver: threading.Thread | None = None
-        self.inbox: deque[_Batch | _Cancel | tuple[Item, Future[Outcome]]] = deque()
+        self.inbox: deque[_Batch | _Cancel | _Decoded | tuple[Item, Future[Outcome]]] = deque()
         #: Closed to new work (close() was called, or the pool failed); ``closed`` once stopped.
         self.closing = False
         self.failure: str | None = None
@@ -617,6 +630,8 @@ class _Engine:
                 self.remaining += n
             elif type(entry) is _Cancel:
                 self._cancel(entry.batch)
+            elif type(entry) is _Decoded:
+                self._finish(entry.index, entry.outcome)
             else:
                 item, future = entry  # type: ignore[misc]
                 index = self.next_index
@@ -1104,11 +1119,35 @@ class _Engine:
             # The common case, an OK float carried in the frame itself: a fast scorer's
             # whole answer comes to this one call (see ok_outcome).
             outcome = ok_outcome(number, wall, cpu, rss / 1024, self.budget, _FORK, containment())
+        elif size > _ASIDE_OVER and not self.objects:
+            self._decode_aside(index, fields, bytes(buffer[at : at + output_size + size]))
+            return
         else:
             outcome = self._outcome(fields, buffer, at)
         self._finish(index, outcome)
 
-    def _outcome(self, fields: tuple[Any, ...], buffer: bytearray, at: int) -> Outcome:
+    def _decode_aside(self, index: int, fields: tuple[Any, ...], data: bytes) -> None:
+        """Decode a large answer on a thread of its own, and hand its outcome to the loop.
+
+        Plain data is checked opcode by opcode before it is built (_wire._check_keys), at about
+        half a second a megabyte: on the loop's thread, a 15 MB list put the other items'
+        deadlines 6 s off. Beside it, the loop has the GIL back every switch interval.
+        """
+
+        def decode_it() -> None:
+            try:
+                outcome = self._outcome(fields, data, 0)
+            except BaseException as exc:  # noqa: BLE001 - never a silent loss of the item
+                error = f"{_said(exc)} in decoding the answer"
+                outcome = Outcome(Status.ERROR, error=error, budget=self.budget)
+            with self.lock:
+                self.inbox.append(_Decoded(index, outcome))
+                if self.driving and self.idle:
+                    self._poke()
+
+        threading.Thread(target=decode_it, name="rewardhang-decode", daemon=True).start()
+
+    def _outcome(self, fields: tuple[Any, ...], buffer: bytes | bytearray, at: int) -> Outcome:
         """The outcome of an answer that is not a bare OK float: see RESULT."""
         _, size, output_size, dropped, _, leaked, wall, cpu, _, _, rss, _, number = fields
         output = output_text(bytes(buffer[at : at + output_size]), dropped)

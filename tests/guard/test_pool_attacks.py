@@ -102,6 +102,8 @@ def attack(kind: str, arg: str = "") -> Any:
         fields = (0, index, 0, 0.001, 0.0, 0.0, 1e12, 0, False)
         os.write(serve.result_w, result_frame(("ok", 1.0, None, None), None, b"", *fields))
         time.sleep(3600)
+    if kind == "big-plain":  # 15 MB of plain data to check before it is built
+        return list(range(3_000_000))
     if kind == "signal-self":
         signal.signal(signal.SIGUSR1, lambda *_: None)
         os.kill(os.getpid(), signal.SIGUSR1)
@@ -360,6 +362,20 @@ def test_a_forged_answer_ending_in_the_future_freezes_nothing(launch: Launch) ->
     assert outs[0].value == 1.0  # its own answer, forged as it may be
     assert outs[1].status is Status.TIMEOUT, outs[1].describe()  # killed in the forger's sleep
     assert outs[2].value == "forked"
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_large_answer_puts_off_no_deadline_of_the_others(launch: Launch) -> None:
+    # The caller checks plain data opcode by opcode before it builds it, half a second a
+    # megabyte: done in the pool's loop, it put a hang's kill beside it 6 s late.
+    with launch.pool(attack, workers=2, budget=1.0) as pool:
+        start = time.monotonic()
+        hang = pool.submit("sleep")
+        big = pool.submit("big-plain")
+        assert hang.result().status is Status.TIMEOUT
+        killed_after = time.monotonic() - start
+        assert len(big.result().value) == 3_000_000
+    assert killed_after < 1.0 + 3.0  # a bound a busy machine keeps; 7 s and more before
 
 
 @pytest.mark.usefixtures("no_leaks")
