@@ -150,3 +150,22 @@ def test_quick_detection_benchmark_prints_the_table() -> None:
     assert names == ["poly2_claims", "poly3_plan", "sympy_extract", "clean_tags"], stdout
     assert "Found on every seed:" in stdout
     assert "CPUs" in stdout
+
+
+@pytest.mark.needs_extra("bench")
+@pytest.mark.timeout(120)
+def test_pool_ab_benchmark_prints_a_median_per_root() -> None:
+    root = BENCHMARKS.parent
+    command = [sys.executable, str(BENCHMARKS / "bench_pool_ab.py"), str(root)]
+    done = subprocess.run(
+        [*command, "--rounds", "2", "--items", "200"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = table_rows(done.stdout)
+    assert rows[0] == ["root", "median", "rounds"]
+    assert rows[1][0] == f"`{root}`"
+    assert len(rows[1][2].split()) == 2
