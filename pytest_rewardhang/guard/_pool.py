@@ -303,6 +303,10 @@ def _set_none(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+#: Every engine alive in this process, for the descriptors a closure's zygote must not keep.
+_ENGINES: weakref.WeakSet[_Engine] = weakref.WeakSet()
+
+
 class _Engine:
     """Everything the pool owns. Holds no reference to the :class:`Pool`, so GC can close it."""
 
@@ -368,6 +372,7 @@ class _Engine:
         self.failure: str | None = None
         self.slots = _Slots(max_pending)
         self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        _ENGINES.add(self)
         self._register(self.wake, "wake", None, select.POLLIN)
 
     def start(self, fn: Callable[..., Any] | str) -> None:
@@ -396,11 +401,23 @@ class _Engine:
             self.zygote = Zygote.start(target, self.memory_mb, self.warmup)
         else:
             assert self.fn is not None
-            inherited = [fd for w in self.workers.values() for fd in w.fds.values()]
-            inherited.append(self.wake)
+            # Every pool's descriptors, not only this one's: an item of this pool could set
+            # another's caller-side pipes blocking (the flag is the caller's file's too), and
+            # that pool's loop would then wait in a read.
+            inherited = [fd for engine in list(_ENGINES) for fd in engine._descriptors()]
             self.zygote = Zygote.fork(self.fn, self.memory_mb, self.warmup, inherited)
         self._register(self.zygote.sock.fileno(), "zygote", None, select.POLLIN)
         self._register(self.zygote.pidfd, "zygote", None, select.POLLIN)
+
+    def _descriptors(self) -> list[int]:
+        """The caller-side descriptors this pool holds now (read from other threads too)."""
+        found = [self.wake] if self.wake >= 0 else []
+        for worker in list(self.workers.values()):
+            found.extend(worker.fds.values())
+        zygote = self.zygote
+        if zygote is not None:
+            found += [zygote.sock.fileno(), zygote.pidfd]
+        return [fd for fd in found if fd >= 0]
 
     # --- processes ---------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import errno
 import os
 import resource
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,16 @@ def attack(kind: str, arg: str = "") -> Any:
         fields = (0, index, 0, 0.001, 0.0, 0.0, 1e12, 0, False)
         os.write(serve.result_w, result_frame(("ok", 1.0, None, None), None, b"", *fields))
         time.sleep(3600)
+    if kind == "flip-pipes":  # O_NONBLOCK is the open file's: shared with whoever holds it
+        flipped = 0
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                if stat.S_ISFIFO(os.fstat(int(name)).st_mode) and not os.get_blocking(int(name)):
+                    os.set_blocking(int(name), True)
+                    flipped += 1
+            except OSError:
+                continue
+        return flipped
     if kind == "big-plain":  # 15 MB of plain data to check before it is built
         return list(range(3_000_000))
     if kind == "signal-self":
@@ -362,6 +373,23 @@ def test_a_forged_answer_ending_in_the_future_freezes_nothing(launch: Launch) ->
     assert outs[0].value == 1.0  # its own answer, forged as it may be
     assert outs[1].status is Status.TIMEOUT, outs[1].describe()  # killed in the forger's sleep
     assert outs[2].value == "forked"
+
+
+@pytest.mark.timeout(60, method="thread")  # a pool frozen in a read holds SIGALRM back
+@pytest.mark.usefixtures("no_leaks")
+def test_a_closure_pools_item_cannot_reach_another_pools_pipes() -> None:
+    # A closure's zygote is forked from the caller and closed only its own pool's descriptors:
+    # its item set another pool's caller-side pipes blocking, and that pool froze in a read.
+    with Pool(attack, workers=1, budget=BUDGET) as other:
+        assert other.map([("fork-and-return",)])[0].value == "forked"
+        with Launch("caller").pool(attack, workers=1, budget=5.0) as closure:
+            assert closure.map([("flip-pipes",)])[0].ok
+        start = time.monotonic()
+        outs = other.map([("sleep",), ("fork-and-return",)])
+        took = time.monotonic() - start
+    assert outs[0].status is Status.TIMEOUT, outs[0].describe()
+    assert outs[1].value == "forked"
+    assert took < BUDGET + 20  # a correctness bound: the hang was killed at all
 
 
 @pytest.mark.usefixtures("no_leaks")
