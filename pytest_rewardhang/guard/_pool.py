@@ -305,6 +305,7 @@ def _set_none(waiter: asyncio.Future[None]) -> None:
 
 #: Every engine alive in this process, for the descriptors a closure's zygote must not keep.
 _ENGINES: weakref.WeakSet[_Engine] = weakref.WeakSet()
+_ENGINES_LOCK = threading.Lock()
 
 
 class _Engine:
@@ -372,7 +373,8 @@ class _Engine:
         self.failure: str | None = None
         self.slots = _Slots(max_pending)
         self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-        _ENGINES.add(self)
+        with _ENGINES_LOCK:
+            _ENGINES.add(self)
         self._register(self.wake, "wake", None, select.POLLIN)
 
     def start(self, fn: Callable[..., Any] | str) -> None:
@@ -404,7 +406,9 @@ class _Engine:
             # Every pool's descriptors, not only this one's: an item of this pool could set
             # another's caller-side pipes blocking (the flag is the caller's file's too), and
             # that pool's loop would then wait in a read.
-            inherited = [fd for engine in list(_ENGINES) for fd in engine._descriptors()]
+            with _ENGINES_LOCK:
+                engines = list(_ENGINES)
+            inherited = [fd for engine in engines for fd in engine._descriptors()]
             self.zygote = Zygote.fork(self.fn, self.memory_mb, self.warmup, inherited)
         self._register(self.zygote.sock.fileno(), "zygote", None, select.POLLIN)
         self._register(self.zygote.pidfd, "zygote", None, select.POLLIN)
@@ -412,7 +416,7 @@ class _Engine:
     def _descriptors(self) -> list[int]:
         """The caller-side descriptors this pool holds now (read from other threads too)."""
         found = [self.wake] if self.wake >= 0 else []
-        for worker in list(self.workers.values()):
+        for worker in self.workers.copy().values():  # one C call: safe from another thread
             found.extend(worker.fds.values())
         zygote = self.zygote
         if zygote is not None:

@@ -250,16 +250,17 @@ class _State:  # pragma: no cover - worker only
         return True
 
     def _full(self) -> bool:
+        touched, self.env_keys = self.env_keys, set()
         if os.environ._data != self.environ:  # type: ignore[attr-defined]
             os.environ.clear()
             for key, value in self.environ.items():
                 os.environ[os.fsdecode(key)] = os.fsdecode(value)
-        touched, self.env_keys = self.env_keys, set()
         for name in touched:  # put or unset by os.putenv or os.unsetenv themselves
             if name in self.environ:
                 os.putenv(name, self.environ[name])
             else:
                 os.unsetenv(name)
+        self.env_keys.clear()  # the puts above went through the audit hook too: not the item's
         try:
             if os.getpriority(os.PRIO_PROCESS, 0) != self.nice:
                 os.setpriority(os.PRIO_PROCESS, 0, self.nice)
