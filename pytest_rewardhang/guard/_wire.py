@@ -181,7 +181,9 @@ def result_frames(buffer: bytearray) -> tuple[list[tuple[tuple[Any, ...], int]],
     unpack = RESULT.unpack_from
     while size - offset >= _RESULT_SIZE:
         fields = unpack(buffer, offset)
-        if fields[0] != MAGIC:
+        # More output than a worker ever sends: the call forged the header, and the answers
+        # after it would be taken for that output.
+        if fields[0] != MAGIC or fields[2] > OUTPUT_LIMIT:
             frames.append((_SCRIBBLED_FIELDS, size))
             return frames, size
         end = offset + _RESULT_SIZE + fields[2] + fields[1]

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from pytest_rewardhang.guard import Pool, Status
-from pytest_rewardhang.guard._wire import RETIRED, result_frame
+from pytest_rewardhang.guard._wire import MAGIC, RESULT, RETIRED, result_frame
 from tests.conftest import assert_dead, join_a_lingering_thread, pipes, state
 from tests.guard.conftest import Launch
 from tests.guard.test_pool import orphan_grandchildren
@@ -115,6 +115,14 @@ def attack(kind: str, arg: str = "") -> Any:
         return flipped
     if kind == "big-plain":  # 15 MB of plain data to check before it is built
         return list(range(3_000_000))
+    if kind == "forge-output":  # a header for itself that claims 1 MiB of output follows
+        serving = sys._getframe()
+        while serving.f_code.co_name != "_one":
+            serving = serving.f_back  # type: ignore[assignment]
+        serve, index = serving.f_locals["self"], serving.f_locals["index"]
+        header = (MAGIC, 0, 1 << 20, 0, index, 0, 0.0, 0.0, 0.0, 0.0, 0, False, 0.0)
+        os.write(serve.result_w, RESULT.pack(*header))
+        return "forged"
     if kind == "signal-self":
         signal.signal(signal.SIGUSR1, lambda *_: None)
         os.kill(os.getpid(), signal.SIGUSR1)
@@ -432,6 +440,17 @@ def test_a_closure_pool_wakes_no_handler_and_reads_no_input_of_the_caller() -> N
         os.dup2(stdin, 0)
         for fd in (stdin, wake_r, wake_w):
             os.close(fd)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_forged_header_swallows_no_answer_of_the_next_items(launch: Launch) -> None:
+    # The header claimed 1 MiB of output: the answers after it were taken for that output,
+    # none of them seen, and an item ran twice.
+    with launch.pool(attack, workers=1, budget=5.0) as pool:
+        outs = pool.map([("forge-output",), ("fork-and-return",), ("fork-and-return",)])
+    assert outs[0].status is Status.CRASHED, outs[0].describe()
+    assert "wrote on the worker's pipe" in (outs[0].error or "")
+    assert [out.value for out in outs[1:]] == ["forked"] * 2
 
 
 @pytest.mark.usefixtures("no_leaks")
