@@ -115,10 +115,15 @@ def _error_frame(exc: BaseException) -> tuple[Any, ...]:  # pragma: no cover - c
     return (status.value, None, text, exception)
 
 
-def _redirect_stdio(output_w: int) -> None:  # pragma: no cover - child only
+def null_stdin() -> None:  # pragma: no cover - child only
+    """fd 0 from /dev/null: nothing the call does can read the caller's input."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
+
+
+def _redirect_stdio(output_w: int) -> None:  # pragma: no cover - child only
+    null_stdin()
     os.dup2(output_w, 1)
     os.dup2(output_w, 2)
     os.close(output_w)

@@ -165,7 +165,7 @@ _FULL_AFTER_S = 0.001
 #: is replaced rather than run out of them.
 _SPARE_FDS = 32
 #: Every interval timer: one an item left set fires in a later item, whose process it ends.
-_ITIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+ITIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
 _NO_TIMER = (0.0, 0.0)
 #: How a call changes the C environment itself, which os.environ does not show.
 _ENV_EVENTS = frozenset({"os.putenv", "os.unsetenv"})
@@ -237,7 +237,7 @@ class _State:  # pragma: no cover - worker only
         os.umask(self.umask)
         if _sigmask(signal.SIG_SETMASK, self.mask) != self.mask:
             self.dirty = True
-        for which in _ITIMERS:
+        for which in ITIMERS:
             if signal.setitimer(which, 0) != _NO_TIMER:
                 self.dirty = True
         if not alone:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from . import _cgroup, _contain, _proctree
-from ._child import call
+from ._child import call, null_stdin
 from ._outcome import Status
 from ._spec import SpecError, load_callable
 from ._wire import (
@@ -49,7 +49,7 @@ from ._wire import (
     Warmup,
     read_config,
 )
-from ._worker import serve
+from ._worker import ITIMERS, serve
 
 
 def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote process
@@ -115,9 +115,7 @@ def serve_forked(
         # The caller's wakeup fd (asyncio's): a signal handled in a worker would wake the
         # caller's own handlers. Its stdin: the warm-up and every worker could read it.
         signal.set_wakeup_fd(-1)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
+        null_stdin()
         os.setsid()
         caller_pidfd = os.pidfd_open(caller)
         if os.getppid() != caller:
@@ -150,7 +148,7 @@ def warm_up(
     else:
         status, _, error, _ = call(fn, (), warmup)
     left = None if threads is None else _proctree.own_threads(threads, _THREAD_EXIT_S)
-    for which in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+    for which in ITIMERS:
         signal.setitimer(which, 0)  # an alarm it left would end the zygote later, not the call
     text = None
     if status != Status.OK.value:

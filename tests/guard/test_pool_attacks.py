@@ -96,10 +96,7 @@ def attack(kind: str, arg: str = "") -> Any:
     if kind == "reduce-changes-state":  # code of the call's that runs as its value is pickled
         return ChangesStateWhenPickled()
     if kind == "forge-answer":  # a well-formed answer of its own, ending in a time to come
-        serving = sys._getframe()
-        while serving.f_code.co_name != "_one":
-            serving = serving.f_back  # type: ignore[assignment]
-        serve, index = serving.f_locals["self"], serving.f_locals["index"]
+        serve, index = serving()
         fields = (0, index, 0, 0.001, 0.0, 0.0, 1e12, 0, False)
         os.write(serve.result_w, result_frame(("ok", 1.0, None, None), None, b"", *fields))
         time.sleep(3600)
@@ -116,10 +113,7 @@ def attack(kind: str, arg: str = "") -> Any:
     if kind == "big-plain":  # 15 MB of plain data to check before it is built
         return list(range(3_000_000))
     if kind == "forge-output":  # a header for itself that claims 1 MiB of output follows
-        serving = sys._getframe()
-        while serving.f_code.co_name != "_one":
-            serving = serving.f_back  # type: ignore[assignment]
-        serve, index = serving.f_locals["self"], serving.f_locals["index"]
+        serve, index = serving()
         header = (MAGIC, 0, 1 << 20, 0, index, 0, 0.0, 0.0, 0.0, 0.0, 0, False, 0.0)
         os.write(serve.result_w, RESULT.pack(*header))
         return "forged"
@@ -172,6 +166,14 @@ def attack(kind: str, arg: str = "") -> Any:
             sorted(os.sched_getaffinity(0)),
         )
     raise ValueError(kind)
+
+
+def serving() -> tuple[Any, int]:
+    """The worker's loop this call runs in, and the item's index, found up the stack."""
+    frame = sys._getframe()
+    while frame.f_code.co_name != "_one":
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame.f_locals["self"], frame.f_locals["index"]
 
 
 LIBC = ctypes.CDLL(None)
