@@ -145,8 +145,10 @@ def warn_if_large() -> None:
 def worker_pipes() -> tuple[dict[str, int], dict[str, int]]:
     """New pipes for one worker: the worker's ends (by PIPE_ROLES) and the caller's.
 
-    The caller's are task_w, result_r, output_r and stack_r; output_r is in both, as the worker
-    empties its output pipe after each item and the caller after a death.
+    The caller's are task_w, result_r, output_r and stack_r. Both read the output pipe: the
+    worker after each item, the caller during a long one and after a death. The caller reads it
+    through a file of its own (the same pipe opened again), so that an item cannot make the
+    caller's reads block by clearing ``O_NONBLOCK`` on the file the worker shares with it.
     """
     pairs = {
         "task": os.pipe2(os.O_CLOEXEC),
@@ -173,10 +175,13 @@ def worker_pipes() -> tuple[dict[str, int], dict[str, int]]:
         "stack_w": pairs["stack"][1],
         "fence": fence,
     }
+    output_r = pairs["output"][0]
+    with contextlib.suppress(OSError):  # no /proc: shared, as it was
+        output_r = os.open(f"/proc/self/fd/{output_r}", os.O_RDONLY | os.O_CLOEXEC)
     ours = {
         "task_w": pairs["task"][1],
         "result_r": pairs["result"][0],
-        "output_r": pairs["output"][0],
+        "output_r": output_r,
         "stack_r": pairs["stack"][0],
         "fence": fence,
     }

@@ -106,6 +106,11 @@ _MAX_REPLACED = 3
 #: item) with more items queued behind it, those items are taken back for the idle one: else
 #: a second hang waits a whole budget behind the first while a worker idles.
 _STEAL_AFTER_S = 0.05
+#: An item's output waits in its 1 MiB pipe for the worker, which reads it when the item ends;
+#: once an item has run this long, the caller reads it too, as it comes. Else C code or a
+#: subprocess writing more than the pipe holds to fd 1 (which must stay blocking for them)
+#: waited in write() until the deadline, and was reported a hang.
+_DRAIN_AFTER_S = 0.05
 #: ``_Worker.after_fence`` of a worker whose fenced item answered with nothing queued behind.
 _NEXT = -1
 
@@ -124,8 +129,11 @@ class _Worker:
         "after_fence",
         "batches",
         "cpu_base",
+        "drain_for",
         "draining",
         "dumped",
+        "early",
+        "early_dropped",
         "fds",
         "fenced",
         "gone_at",
@@ -184,6 +192,11 @@ class _Worker:
         #: retires, that item never started.
         self.fenced: int | None = None
         self.after_fence: int | None = None
+        #: The item whose output the caller reads as it comes (see _DRAIN_AFTER_S), and what
+        #: it read: kept up to OUTPUT_LIMIT, the rest counted.
+        self.drain_for: int | None = None
+        self.early = bytearray()
+        self.early_dropped = 0
 
     def current(self) -> tuple[int, float] | None:
         """The item running now and the time it started, if one is."""
@@ -440,9 +453,8 @@ class _Engine:
             # Not sent (the zygote is not reading): the fork's deadline replaces the zygote.
             self.zygote.fork_worker(wid, [theirs[role] for role in PIPE_ROLES])
         finally:
-            for role, fd in theirs.items():
-                if role not in ("output_r", "fence"):
-                    os.close(fd)
+            for fd in set(theirs.values()) - set(ours.values()):
+                os.close(fd)
 
     def _register(self, fd: int, kind: str, worker: _Worker | None, events: int) -> None:
         self.by_fd[fd] = (kind, worker)
@@ -838,6 +850,8 @@ class _Engine:
                 due -= self.dump_lead
             if steal and self._holds_back(worker):
                 due = min(due, start + self._steal_after())
+            if worker.drain_for != index:
+                due = min(due, start + _DRAIN_AFTER_S)
             earliest = min(earliest, due)
         if earliest == math.inf:
             return None
@@ -852,6 +866,14 @@ class _Engine:
             if current is None or worker.kill_for is not None:
                 continue
             index, start = current
+            if worker.drain_for != index and now >= start + _DRAIN_AFTER_S:
+                self._drain(worker, current)
+                if (
+                    worker.current() != current
+                    or worker.wid not in self.workers
+                    or worker.kill_for is not None
+                ):
+                    continue
             if now < start + self.budget - self.dump_lead:
                 continue
             if now >= start + self.budget:
@@ -1022,6 +1044,9 @@ class _Engine:
             if kind == "result":
                 assert worker is not None
                 self._read_results(worker)
+            elif kind == "output":
+                assert worker is not None
+                self._drain(worker, worker.current())
             elif kind == "task":
                 assert worker is not None
                 self._write(worker)
@@ -1086,6 +1111,42 @@ class _Engine:
         if consumed:
             del worker.inbuf[:consumed]
 
+    def _drain(self, worker: _Worker, current: tuple[int, float] | None) -> None:
+        """Read what ``worker``'s long item wrote to its output so far: see _DRAIN_AFTER_S.
+
+        Its answers first: what is in the pipe after the item's answer is the next item's,
+        for the worker to read. (Only a caller held up between the two reads, while the worker
+        answers and starts the next item, takes the first output of that item for this one's.)
+        """
+        self._read_results(worker)
+        if current is None or worker.current() != current or worker.wid not in self.workers:
+            return  # it answered, with what was read of its output here
+        fd = worker.fds["output_r"]
+        if worker.drain_for != current[0]:
+            worker.drain_for = current[0]
+            self._register(fd, "output", worker, select.POLLIN)
+        try:
+            chunk = os.read(fd, CHUNK)  # one read a wake: a flood never holds up the loop
+        except BlockingIOError:
+            return
+        if not chunk:  # no writer left: it is dying, and poll() would report that forever
+            self._unregister(fd)
+            return
+        room = OUTPUT_LIMIT - len(worker.early)
+        worker.early += chunk[:room]
+        worker.early_dropped += max(len(chunk) - room, 0)
+
+    def _drained(self, worker: _Worker) -> tuple[bytes, int] | None:
+        """What the caller read of the current item's output (see _drain), if it read any."""
+        if worker.drain_for is None:
+            return None
+        self._unregister(worker.fds["output_r"])
+        worker.drain_for = None
+        drained = bytes(worker.early), worker.early_dropped
+        worker.early.clear()
+        worker.early_dropped = 0
+        return drained
+
     def _answered(
         self, worker: _Worker, fields: tuple[Any, ...], buffer: bytearray, at: int
     ) -> None:
@@ -1117,6 +1178,7 @@ class _Engine:
                 self._kill(worker, current[0], time.monotonic())
             return
         sent.popleft()
+        drained = None if worker.drain_for is None else self._drained(worker)
         if worker.retries:
             worker.retries.discard(index)
         if leaving:  # it retires now: nothing it holds will start
@@ -1136,18 +1198,25 @@ class _Engine:
         self.fruitless_deaths = 0
         mean = self.mean_item_s
         self.mean_item_s = wall if mean is None else 0.8 * mean + 0.2 * wall
-        if not (size or output_size or dropped or leaked):
+        if not (size or output_size or dropped or leaked or drained):
             # The common case, an OK float carried in the frame itself: a fast scorer's
             # whole answer comes to this one call (see ok_outcome).
             outcome = ok_outcome(number, wall, cpu, rss / 1024, self.budget, _FORK, containment())
         elif size > _ASIDE_OVER and not self.objects:
-            self._decode_aside(index, fields, bytes(buffer[at : at + output_size + size]))
+            data = bytes(buffer[at : at + output_size + size])
+            self._decode_aside(index, fields, data, drained)
             return
         else:
-            outcome = self._outcome(fields, buffer, at)
+            outcome = self._outcome(fields, buffer, at, drained)
         self._finish(index, outcome)
 
-    def _decode_aside(self, index: int, fields: tuple[Any, ...], data: bytes) -> None:
+    def _decode_aside(
+        self,
+        index: int,
+        fields: tuple[Any, ...],
+        data: bytes,
+        drained: tuple[bytes, int] | None,
+    ) -> None:
         """Decode a large answer on a thread of its own, and hand its outcome to the loop.
 
         Plain data is checked opcode by opcode before it is built (_wire._check_keys), at about
@@ -1157,7 +1226,7 @@ class _Engine:
 
         def decode_it() -> None:
             try:
-                outcome = self._outcome(fields, data, 0)
+                outcome = self._outcome(fields, data, 0, drained)
             except BaseException as exc:  # noqa: BLE001 - never a silent loss of the item
                 error = f"{_said(exc)} in decoding the answer"
                 outcome = Outcome(Status.ERROR, error=error, budget=self.budget)
@@ -1168,10 +1237,16 @@ class _Engine:
 
         threading.Thread(target=decode_it, name="rewardhang-decode", daemon=True).start()
 
-    def _outcome(self, fields: tuple[Any, ...], buffer: bytes | bytearray, at: int) -> Outcome:
+    def _outcome(
+        self,
+        fields: tuple[Any, ...],
+        buffer: bytes | bytearray,
+        at: int,
+        drained: tuple[bytes, int] | None,
+    ) -> Outcome:
         """The outcome of an answer that is not a bare OK float: see RESULT."""
         _, size, output_size, dropped, _, leaked, wall, cpu, _, _, rss, _, number = fields
-        output = output_text(bytes(buffer[at : at + output_size]), dropped)
+        output = output_text(*_after(drained, bytes(buffer[at : at + output_size]), dropped))
         common = common_fields(wall, cpu, rss, output, self.budget)
         if not size:  # an OK float, with output or leftovers
             return outcome_from_frame(_OK.value, number, None, None, leaked, common)
@@ -1213,7 +1288,11 @@ class _Engine:
                 if ended is Status.TIMEOUT:
                     dump, _ = read_bounded(worker.fds["stack_r"], STACK_LIMIT)
                     stack = dump.decode("utf-8", "replace") or None
-                output = output_text(*read_bounded(worker.fds["output_r"], OUTPUT_LIMIT))
+                output = output_text(
+                    *_after(
+                        self._drained(worker), *read_bounded(worker.fds["output_r"], OUTPUT_LIMIT)
+                    )
+                )
                 self._finish(
                     index,
                     Outcome(
@@ -1450,6 +1529,15 @@ class Pool:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _after(drained: tuple[bytes, int] | None, output: bytes, dropped: int) -> tuple[bytes, int]:
+    """An item's ``output`` and ``dropped`` bytes, after what the caller read of it first."""
+    if drained is None:
+        return output, dropped
+    early, early_dropped = drained
+    joined = early + output
+    return joined[:OUTPUT_LIMIT], early_dropped + dropped + max(len(joined) - OUTPUT_LIMIT, 0)
 
 
 def _sent_count(worker: _Worker) -> int:

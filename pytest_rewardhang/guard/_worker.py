@@ -412,9 +412,12 @@ class _Serve:  # pragma: no cover - worker only
         wall = time.perf_counter() - start
         alone = _thread_count() == self.threads
         leaked = self._leaked(alone)
-        output, dropped = (
-            read_bounded(self.output_r, OUTPUT_LIMIT) if self.output_poll.poll(0) else (b"", 0)
-        )
+        output, dropped = b"", 0
+        if self.output_poll.poll(0):
+            # The call may have cleared O_NONBLOCK on it (any of our descriptors is the call's
+            # to change): the read would then wait, after a later item, for output never sent.
+            os.set_blocking(self.output_r, False)
+            output, dropped = read_bounded(self.output_r, OUTPUT_LIMIT)
         if self.dropped.count:
             dropped += self.dropped.count
             self.dropped.count = 0

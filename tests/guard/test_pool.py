@@ -68,6 +68,19 @@ def chatty(mebibytes: int) -> str:
     return "scored"
 
 
+def writes_to_fd_1(mebibytes: int, how: str) -> str:
+    """Writes to fd 1 itself, as C code and subprocesses do: past the pipe, write() waits."""
+    size = mebibytes << 20
+    if how == "subprocess":
+        write = f"import sys; sys.stdout.buffer.write(bytes({size}))"
+        subprocess.run([sys.executable, "-c", write], check=True)
+    else:
+        view = memoryview(b"y" * size)
+        while view:
+            view = view[os.write(1, view) :]
+    return "scored"
+
+
 def captured_by_dup2(path: str) -> str:
     """Capture its own prints the way code scorers capture a program's: fd 1 onto a file."""
     saved = os.dup(1)
@@ -305,6 +318,22 @@ def test_printing_more_than_the_pipe_holds_is_not_a_hang(launch: Launch) -> None
     assert flood.output.startswith("x" * 1023 + "\n")
     assert flood.output.endswith(f"\n[... {written - kept} more bytes of output discarded]")
     assert quiet.output == "done\n"  # nothing of the flood is left for the next item
+
+
+@pytest.mark.parametrize("how", ["os.write", "subprocess"])
+@pytest.mark.usefixtures("no_leaks")
+def test_writing_more_than_the_pipe_holds_to_fd_1_is_not_a_hang(how: str, launch: Launch) -> None:
+    # fd 1 stays blocking for C code and subprocesses, and the worker reads the pipe only when
+    # the item ends: past 1 MiB their write() waited for the deadline. The budget is long, so
+    # that only a write that waits for it makes a timeout here, however busy the machine.
+    with launch.pool(writes_to_fd_1, workers=1, budget=10.0) as pool:
+        flood, quiet = pool.map([(3, how), (0, how)])
+    assert (flood.status, flood.value) == (Status.OK, "scored"), flood.describe()
+    kept = 64 * 1024
+    first = "y" if how == "os.write" else "\0"
+    assert flood.output.startswith(first * kept + "\n[... ")
+    assert flood.output.endswith(f"[... {(3 << 20) - kept} more bytes of output discarded]")
+    assert quiet.output == ""  # nothing of the flood is left for the next item
 
 
 @pytest.mark.usefixtures("no_leaks")

@@ -110,6 +110,9 @@ def attack(kind: str, arg: str = "") -> Any:
             except OSError:
                 continue
         return flipped
+    if kind == "print":
+        print("printed")
+        return None
     if kind == "big-plain":  # 15 MB of plain data to check before it is built
         return list(range(3_000_000))
     if kind == "forge-output":  # a header for itself that claims 1 MiB of output follows
@@ -400,6 +403,23 @@ def test_a_closure_pools_item_cannot_reach_another_pools_pipes() -> None:
     assert outs[0].status is Status.TIMEOUT, outs[0].describe()
     assert outs[1].value == "forked"
     assert took < BUDGET + 20  # a correctness bound: the hang was killed at all
+
+
+@pytest.mark.timeout(60, method="thread")  # a pool frozen in a read holds SIGALRM back
+@pytest.mark.usefixtures("no_leaks")
+def test_an_item_that_sets_its_pipes_blocking_freezes_no_read(launch: Launch) -> None:
+    # O_NONBLOCK belongs to the open file. The caller reads a long item's output pipe as it
+    # comes, and its end of that pipe was the worker's file too: blocking, a read there could
+    # wait in the loop that kills hangs. And the worker, emptying the pipe after a later item
+    # that printed, waited for more output that never came: that item was a timeout.
+    with launch.pool(attack, workers=1, budget=2.0) as pool:
+        [flipped] = pool.map([("flip-pipes",)])
+        assert flipped.value >= 1  # the worker's end of its output pipe, at least
+        [worker] = pool._engine.workers.values()  # the one that ran it
+        caller_side = {role: fd for role, fd in worker.fds.items() if role != "fence"}
+        assert [role for role, fd in caller_side.items() if os.get_blocking(fd)] == []
+        [printed] = pool.map([("print",)])
+        assert (printed.status, printed.output) == (Status.OK, "printed\n"), printed.describe()
 
 
 @pytest.mark.usefixtures("no_leaks")
