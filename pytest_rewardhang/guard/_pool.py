@@ -129,11 +129,9 @@ class _Worker:
         "after_fence",
         "batches",
         "cpu_base",
-        "drain_for",
+        "drained",
         "draining",
         "dumped",
-        "early",
-        "early_dropped",
         "fds",
         "fenced",
         "gone_at",
@@ -192,11 +190,9 @@ class _Worker:
         #: retires, that item never started.
         self.fenced: int | None = None
         self.after_fence: int | None = None
-        #: The item whose output the caller reads as it comes (see _DRAIN_AFTER_S), and what
-        #: it read: kept up to OUTPUT_LIMIT, the rest counted.
-        self.drain_for: int | None = None
-        self.early = bytearray()
-        self.early_dropped = 0
+        #: While the caller reads the current item's output as it comes (see _DRAIN_AFTER_S):
+        #: the bytes it kept so far (up to OUTPUT_LIMIT) and how many more it dropped.
+        self.drained: tuple[bytes, int] | None = None
 
     def current(self) -> tuple[int, float] | None:
         """The item running now and the time it started, if one is."""
@@ -850,7 +846,7 @@ class _Engine:
                 due -= self.dump_lead
             if steal and self._holds_back(worker):
                 due = min(due, start + self._steal_after())
-            if worker.drain_for != index:
+            if worker.drained is None:
                 due = min(due, start + _DRAIN_AFTER_S)
             earliest = min(earliest, due)
         if earliest == math.inf:
@@ -866,7 +862,7 @@ class _Engine:
             if current is None or worker.kill_for is not None:
                 continue
             index, start = current
-            if worker.drain_for != index and now >= start + _DRAIN_AFTER_S:
+            if worker.drained is None and now >= start + _DRAIN_AFTER_S:
                 self._drain(worker, current)
                 if (
                     worker.current() != current
@@ -1122,8 +1118,8 @@ class _Engine:
         if current is None or worker.current() != current or worker.wid not in self.workers:
             return  # it answered, with what was read of its output here
         fd = worker.fds["output_r"]
-        if worker.drain_for != current[0]:
-            worker.drain_for = current[0]
+        if worker.drained is None:
+            worker.drained = (b"", 0)
             self._register(fd, "output", worker, select.POLLIN)
         try:
             chunk = os.read(fd, CHUNK)  # one read a wake: a flood never holds up the loop
@@ -1132,19 +1128,14 @@ class _Engine:
         if not chunk:  # no writer left: it is dying, and poll() would report that forever
             self._unregister(fd)
             return
-        room = OUTPUT_LIMIT - len(worker.early)
-        worker.early += chunk[:room]
-        worker.early_dropped += max(len(chunk) - room, 0)
+        worker.drained = _after(worker.drained, chunk, 0)
 
     def _drained(self, worker: _Worker) -> tuple[bytes, int] | None:
-        """What the caller read of the current item's output (see _drain), if it read any."""
-        if worker.drain_for is None:
-            return None
-        self._unregister(worker.fds["output_r"])
-        worker.drain_for = None
-        drained = bytes(worker.early), worker.early_dropped
-        worker.early.clear()
-        worker.early_dropped = 0
+        """What the caller read of the item that ended (see _drain), if it read as it came."""
+        drained = worker.drained
+        if drained is not None:
+            self._unregister(worker.fds["output_r"])
+            worker.drained = None
         return drained
 
     def _answered(
@@ -1178,7 +1169,7 @@ class _Engine:
                 self._kill(worker, current[0], time.monotonic())
             return
         sent.popleft()
-        drained = None if worker.drain_for is None else self._drained(worker)
+        drained = None if worker.drained is None else self._drained(worker)
         if worker.retries:
             worker.retries.discard(index)
         if leaving:  # it retires now: nothing it holds will start
@@ -1536,8 +1527,8 @@ def _after(drained: tuple[bytes, int] | None, output: bytes, dropped: int) -> tu
     if drained is None:
         return output, dropped
     early, early_dropped = drained
-    joined = early + output
-    return joined[:OUTPUT_LIMIT], early_dropped + dropped + max(len(joined) - OUTPUT_LIMIT, 0)
+    room = OUTPUT_LIMIT - len(early)
+    return early + output[:room], early_dropped + dropped + max(len(output) - room, 0)
 
 
 def _sent_count(worker: _Worker) -> int:
