@@ -593,9 +593,10 @@ def _regression(where: Path) -> Ran:
         where, *common, "--reward-hang-save-baseline", "--reward-hang-calibration=0.02"
     )
     assert saved.status == 0, saved.output
-    # Slower on every space: "the the the ..." (repetition-words) is the worst case.
+    # Slower on every "the ": "the the the ..." (repetition-words) is the worst case by 11x, so
+    # no noise can make another case the worst, as a count of spaces (1.3x) could under load.
     slower = "def compute_score(solution_str, ground_truth):\n"
-    slower += "    return float(sum(range(solution_str.count(chr(32)) * 200)) < 0)\n"
+    slower += "    return float(sum(range(solution_str.count('the ') * 200)) < 0)\n"
     (where / "rewards.py").write_text(slower)
     return pytest_in(
         where,

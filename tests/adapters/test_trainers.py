@@ -527,7 +527,9 @@ def test_async_adapters_never_block_the_event_loop(cold: bool) -> None:
 
     scores, worst_gap = asyncio.run(scored_while_ticking())
     assert scores == [0.0, 1.0]
-    assert worst_gap < 0.2, f"the event loop stalled for {worst_gap:.2f} s"
+    # A blocked loop would stall for the whole budget of the hang; the bound leaves a busy
+    # machine all the rest.
+    assert worst_gap < 0.8 * BUDGET, f"the event loop stalled for {worst_gap:.2f} s"
 
 
 def test_a_scorer_that_cannot_be_imported_is_one_line() -> None:

@@ -285,7 +285,7 @@ def test_64_tasks_asubmit_while_the_loop_keeps_ticking(tmp_path: Path, max_pendi
     # Four hangs on two workers hold the pool for about 1 s; a blocked loop would not tick
     # for at least one budget. A generous bound for a busy machine, well under the budget.
     assert ticks >= 20
-    assert worst_gap < 0.3
+    assert worst_gap < 0.4
     assert max(calls(log).values()) == 1
 
 
