@@ -359,6 +359,10 @@ class Scoring:
         return await asyncio.to_thread(self.pool)
 
 
+#: The keywords an adapter object passes on to :class:`Scoring`.
+_LIMITS = frozenset(inspect.signature(Scoring).parameters) - {"scorer"}
+
+
 class Pooled:
     """What every adapter object is built on: one scorer's :class:`Scoring`, named as it is.
 
@@ -367,6 +371,13 @@ class Pooled:
 
     def __init__(self, scorer: Scorer, **limits: Any) -> None:
         """``limits``: :class:`Scoring`'s keywords (budget, default, workers, warmup, ...)."""
+        unknown = sorted(set(limits) - _LIMITS)
+        if unknown:
+            # Named as the user called it: Scoring is not theirs to know.
+            raise TypeError(
+                f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}"
+                f" (the guard's keywords are {', '.join(sorted(_LIMITS))})"
+            )
         self.scoring = Scoring(scorer, **limits)
         self.__name__ = self.scoring.name
 

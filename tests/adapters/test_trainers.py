@@ -536,3 +536,23 @@ def test_a_scorer_that_cannot_be_imported_is_one_line() -> None:
     with pytest.raises(ValueError, match=r"cannot read the signature of scorer .*nowhere") as info:
         pooled_rubric_func("my_missing_module_nowhere:score")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("adapter", "called"),
+    [
+        (pooled_reward, "PooledReward"),
+        (pooled_reward_func, "PooledRewardFunc"),
+        (pooled_rm, "PooledRM"),
+        (pooled_group_rm, "PooledGroupRM"),
+        (PooledScorer, "PooledScorer"),
+    ],
+)
+def test_a_misspelt_keyword_names_the_adapter_and_the_right_ones(
+    adapter: Callable[..., Any], called: str
+) -> None:
+    with pytest.raises(TypeError) as info:
+        adapter(spec("score"), budgt=BUDGET)
+    assert str(info.value).startswith(f"{called}() got an unexpected keyword argument 'budgt'")
+    assert "budget" in str(info.value)
+    assert "Scoring" not in str(info.value)
