@@ -12,7 +12,9 @@ logs the sample, instead of hanging the step; when the scorer returns dicts (ver
 returns ``{"score", "acc", "pred"}``), that default is a dict with the same keys, ``score``
 being ``default`` (a dict ``default`` is returned as given). An exception the scorer raises is
 raised here, as it would be unguarded. Only the arguments the scorer's signature takes are
-shipped to the worker (verl may add ``reward_model_tokenizer``, a whole tokenizer).
+shipped to the worker (verl may add ``reward_model_tokenizer``, a whole tokenizer); a
+``reward_kwargs`` key that neither the guard nor the scorer takes (a misspelt ``budget``) is
+logged once per process and ignored.
 
 Or bind a scorer in your own reward file::
 
@@ -43,9 +45,16 @@ __all__ = [
 #: What verl scores with when no custom reward function is configured.
 _VERL_DEFAULT = "verl.utils.reward_score:default_compute_score"
 _ALWAYS = frozenset({"data_source", "solution_str", "ground_truth"})
+#: What verl's reward loop passes beside the sample (``RewardLoopManagerBase.run_single``): any
+#: other keyword comes from the user's ``reward_kwargs``.
+_VERL_PASSES = frozenset({"extra_info", "reward_router_address", "reward_model_tokenizer"})
+#: The (scorer, ``reward_kwargs`` key) pairs already reported as taken by neither the guard
+#: nor the scorer.
+_unused: set[tuple[str, str]] = set()
 
 
 def _sample(
+    scoring: _shared.Scoring,
     took: _shared.Accepts,
     data_source: Any,
     solution_str: str,
@@ -62,7 +71,19 @@ def _sample(
     }
     # verl's first three always go (a scorer without them fails as it would unguarded); the
     # rest only when the scorer takes them.
-    return {k: v for k, v in sample.items() if k in _ALWAYS or took.takes(k)}
+    kept = {k: v for k, v in sample.items() if k in _ALWAYS or took.takes(k)}
+    # A reward_kwargs key nothing takes is most likely misspelt (`budgte`): said once, not
+    # dropped in silence.
+    for key in kwargs.keys() - kept.keys() - _VERL_PASSES:
+        if (scoring.name, key) in _unused:
+            continue
+        _unused.add((scoring.name, key))
+        _shared.log.warning(
+            "%s: verl's reward_kwargs %r is neither the guard's nor taken by the scorer: ignored",
+            scoring.name,
+            key,
+        )
+    return kept
 
 
 def compute_score(
@@ -82,7 +103,9 @@ def compute_score(
 ) -> Any:
     """verl's per-item signature; ``kwargs`` beyond the guard's own go to the scorer."""
     scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup)
-    sample = _sample(scoring.accepts(), data_source, solution_str, ground_truth, extra_info, kwargs)
+    sample = _sample(
+        scoring, scoring.accepts(), data_source, solution_str, ground_truth, extra_info, kwargs
+    )
     return scoring.score(sample)
 
 
@@ -104,7 +127,7 @@ async def compute_score_async(
     """:func:`compute_score` as an ``async def``, which verl's reward loop awaits."""
     scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup)
     took = await scoring.aaccepts()
-    sample = _sample(took, data_source, solution_str, ground_truth, extra_info, kwargs)
+    sample = _sample(scoring, took, data_source, solution_str, ground_truth, extra_info, kwargs)
     return await scoring.ascore(sample)
 
 
@@ -132,7 +155,7 @@ def compute_score_batch(
     took = scoring.accepts()
     extras = list(extra_infos) if extra_infos is not None else [None] * len(solution_strs)
     samples = [
-        _sample(took, source, solution, truth, extra, kwargs)
+        _sample(scoring, took, source, solution, truth, extra, kwargs)
         for source, solution, truth, extra in zip(
             data_sources, solution_strs, ground_truths, extras, strict=True
         )

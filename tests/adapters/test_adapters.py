@@ -182,6 +182,26 @@ def test_verl_ships_only_what_the_scorer_takes() -> None:
     )
 
 
+def test_verl_reward_kwargs_nothing_takes_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A misspelt guard keyword in reward_kwargs (reward.py:96 merges them into every call) is
+    one warning naming it, not dropped in silence; verl's own extras are never reported."""
+    verl_adapter._unused.clear()  # said once per process: not yet, in this test
+    fn = load_like_verl(
+        Path(verl_adapter.__file__), "compute_score", {"scorer": spec("compute_score"), "budgte": 5}
+    )
+    with caplog.at_level(logging.WARNING, logger="pytest_rewardhang.adapters"):
+        assert [r["reward_score"] for r in reward_loop(fn, ["so 42", "so 7", "so 42"])] == [
+            1.0,
+            0.0,
+            1.0,
+        ]
+        assert fn("gsm8k", "= 42", "42", {}, reward_router_address="h:1") == 1.0
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1, warned
+    assert "'budgte'" in warned[0]
+    assert "compute_score" in warned[0]
+
+
 def test_verl_guarded_compute_score_of_a_custom_module_function() -> None:
     raw = load_like_verl(Path(__file__).parent / "_scorers.py", "compute_score", {})
     fn = verl_adapter.guarded_compute_score(raw.args[0], budget=BUDGET, default=0.0)  # type: ignore[attr-defined]
