@@ -14,7 +14,7 @@ being ``default`` (a dict ``default`` is returned as given). An exception the sc
 raised here, as it would be unguarded. Only the arguments the scorer's signature takes are
 shipped to the worker (verl may add ``reward_model_tokenizer``, a whole tokenizer); a
 ``reward_kwargs`` key that neither the guard nor the scorer takes (a misspelt ``budget``) is
-logged once per process and ignored.
+logged once per scorer and ignored.
 
 Or bind a scorer in your own reward file::
 
@@ -45,9 +45,9 @@ __all__ = [
 #: What verl scores with when no custom reward function is configured.
 _VERL_DEFAULT = "verl.utils.reward_score:default_compute_score"
 _ALWAYS = frozenset({"data_source", "solution_str", "ground_truth"})
-#: What verl's reward loop passes beside the sample (``RewardLoopManagerBase.run_single``): any
-#: other keyword comes from the user's ``reward_kwargs``.
-_VERL_PASSES = frozenset({"extra_info", "reward_router_address", "reward_model_tokenizer"})
+#: What verl's reward loop passes beyond verl's four (``RewardLoopManagerBase.run_single``):
+#: any other keyword comes from the user's ``reward_kwargs``.
+_VERL_PASSES = frozenset({"reward_router_address", "reward_model_tokenizer"})
 #: The (scorer, ``reward_kwargs`` key) pairs already reported as taken by neither the guard
 #: nor the scorer.
 _unused: set[tuple[str, str]] = set()
