@@ -54,7 +54,6 @@ _unused: set[tuple[str, str]] = set()
 
 
 def _sample(
-    scoring: _shared.Scoring,
     took: _shared.Accepts,
     data_source: Any,
     solution_str: str,
@@ -71,19 +70,21 @@ def _sample(
     }
     # verl's first three always go (a scorer without them fails as it would unguarded); the
     # rest only when the scorer takes them.
-    kept = {k: v for k, v in sample.items() if k in _ALWAYS or took.takes(k)}
-    # A reward_kwargs key nothing takes is most likely misspelt (`budgte`): said once, not
-    # dropped in silence.
-    for key in kwargs.keys() - kept.keys() - _VERL_PASSES:
-        if (scoring.name, key) in _unused:
-            continue
-        _unused.add((scoring.name, key))
-        _shared.log.warning(
-            "%s: verl's reward_kwargs %r is neither the guard's nor taken by the scorer: ignored",
-            scoring.name,
-            key,
-        )
-    return kept
+    return {k: v for k, v in sample.items() if k in _ALWAYS or took.takes(k)}
+
+
+def _say_unused(scoring: _shared.Scoring, took: _shared.Accepts, kwargs: dict[str, Any]) -> None:
+    """A ``reward_kwargs`` key nothing takes is most likely misspelt (``budgte``): said once
+    per scorer, not dropped in silence. Once per call: every sample of it has the same keys."""
+    for key in kwargs.keys() - _VERL_PASSES:
+        if not took.takes(key) and (scoring.name, key) not in _unused:
+            _unused.add((scoring.name, key))
+            _shared.log.warning(
+                "%s: verl's reward_kwargs %r is neither the guard's nor taken by the scorer:"
+                " ignored",
+                scoring.name,
+                key,
+            )
 
 
 def compute_score(
@@ -103,10 +104,9 @@ def compute_score(
 ) -> Any:
     """verl's per-item signature; ``kwargs`` beyond the guard's own go to the scorer."""
     scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup)
-    sample = _sample(
-        scoring, scoring.accepts(), data_source, solution_str, ground_truth, extra_info, kwargs
-    )
-    return scoring.score(sample)
+    took = scoring.accepts()
+    _say_unused(scoring, took, kwargs)
+    return scoring.score(_sample(took, data_source, solution_str, ground_truth, extra_info, kwargs))
 
 
 async def compute_score_async(
@@ -127,7 +127,8 @@ async def compute_score_async(
     """:func:`compute_score` as an ``async def``, which verl's reward loop awaits."""
     scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup)
     took = await scoring.aaccepts()
-    sample = _sample(scoring, took, data_source, solution_str, ground_truth, extra_info, kwargs)
+    _say_unused(scoring, took, kwargs)
+    sample = _sample(took, data_source, solution_str, ground_truth, extra_info, kwargs)
     return await scoring.ascore(sample)
 
 
@@ -153,9 +154,10 @@ def compute_score_batch(
     """
     scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup)
     took = scoring.accepts()
+    _say_unused(scoring, took, kwargs)
     extras = list(extra_infos) if extra_infos is not None else [None] * len(solution_strs)
     samples = [
-        _sample(scoring, took, source, solution, truth, extra, kwargs)
+        _sample(took, source, solution, truth, extra, kwargs)
         for source, solution, truth, extra in zip(
             data_sources, solution_strs, ground_truths, extras, strict=True
         )

@@ -1169,7 +1169,7 @@ class _Engine:
                 self._kill(worker, current[0], time.monotonic())
             return
         sent.popleft()
-        drained = None if worker.drained is None else self._drained(worker)
+        drained = self._drained(worker)
         if worker.retries:
             worker.retries.discard(index)
         if leaving:  # it retires now: nothing it holds will start
