@@ -295,10 +295,12 @@ def stopped(pid: int) -> bool:
     return fields is not None and fields[0] in (b"T", b"t")
 
 
-def _state(pid: int) -> tuple[bool, bool]:
+def _state(pid: int, fields: list[bytes] | None = None) -> tuple[bool, bool]:
     """:func:`alive`, and whether it is the init of a PID namespace below ours: a guard's
-    (ours, or a nested guard's), killed with the rest but not counted as left running."""
-    fields = stat_fields(pid)
+    (ours, or a nested guard's), killed with the rest but not counted as left running.
+    ``fields``: its :func:`stat_fields`, where read already."""
+    if fields is None:
+        fields = stat_fields(pid)
     if fields is None or fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING:
         return False, False
     try:
@@ -313,16 +315,15 @@ def _state(pid: int) -> tuple[bool, bool]:
     return True, len(ids) > _where()[1] + 1 and ids[-1] == 1
 
 
-def kill_descendants(
-    root: int, spare: Collection[int] = (), killed: list[int] | None = None
-) -> int:
-    """SIGKILL every living descendant of ``root`` but ``spare``; returns how many there were.
+def kill_descendants(root: int, killed: list[int] | None = None) -> int:
+    """SIGKILL every living descendant of ``root``; returns how many there were.
 
     Their pids, as ``/proc`` names them, are added to ``killed`` if given (see
-    :func:`await_gone`).
+    :func:`await_gone`), and the process groups only the subtree can be in are killed whole
+    (see :class:`Groups`): a fork inside such a group cannot outrun the walk.
 
-    Pids as our namespace names them. A spared process is walked through, not killed; the init
-    of a PID namespace below ours is killed but not counted (a guard's own).
+    Pids as our namespace names them. The init of a PID namespace below ours is killed but not
+    counted (a guard's own).
 
     ``root`` must not fork meanwhile: it is stopped, or it is the caller itself. It does not
     wait for them to finish exiting (:func:`kill_and_reap` does, bounded): a process with
@@ -333,24 +334,43 @@ def kill_descendants(
     (0.8-1.0 s with both busy); at nice 19, 0.03 s (0.06-0.14 s). Not SCHED_IDLE: no quicker,
     and a victim holding a lock of the address space it shares with ``root`` could wait long
     for CPU on a busy machine.
+
+    The walk is repeated until one finds no process left to kill and no process that has
+    exited since the walk before: a process that exits hands its children to ``root``, whose
+    list the walk may have read already, so a walk that saw an exit may have missed them. A
+    chain whose every process forks the next and exits is caught this way, newest first.
     """
-    signalled = {_to_proc(pid) for pid in spare}
+    groups = Groups(root)
+    signalled: set[int] = set()
+    exited: set[int] = set()
     counted = 0
     while True:
         found = []
+        settled = True
         for pid in _walk(_to_proc(root)):
-            if pid not in signalled:
-                alive, init = _state(pid)
+            if pid in exited:
+                continue
+            fields = stat_fields(pid)
+            if fields is None or fields[0] in (b"Z", b"X"):
+                settled = False
+                exited.add(pid)
+                if fields is not None:  # a zombie's group may hold the one it forked
+                    groups.signal(pid, signal.SIGKILL, fields)
+            elif pid not in signalled:
+                alive, init = _state(pid, fields)
                 if alive:
-                    found.append(pid)
+                    found.append((pid, fields))
                     counted += not init
-        if not found:
+        if not found and settled:
             return counted
         if killed is not None:
-            killed += found
-        for pid in found:
+            killed += [pid for pid, _ in found]
+        for pid, _ in found:
             signalled.add(pid)
             _kill(pid)
+        # After each is killed by pid, which renices it first (see below).
+        for pid, fields in found:
+            groups.signal(pid, signal.SIGKILL, fields)
 
 
 def _gone(pid: int) -> bool:
@@ -425,15 +445,68 @@ def demote(pid: int) -> None:
 
 
 def _walk(root: int) -> Iterator[int]:
+    """``root``'s descendants, parents before children, each one's newest children first (an
+    orphan joins the end of its new parent's list: the one most likely still running)."""
     frontier = [root]
     while frontier:
-        for child in _children(frontier.pop()):
+        for child in reversed(list(_children(frontier.pop()))):
             yield child
             frontier.append(child)
 
 
+class Groups:
+    """The process groups below ``root`` that nothing but its descendants can be in, each sent
+    a signal once.
+
+    A signal to a process group reaches every member at once, one inside a fork included: the
+    kernel hands a group signal that comes during a fork to the new process as well. So a chain
+    of processes that each fork the next and exit, faster than a walk of ``/proc`` follows it,
+    is stopped or killed whole through its group; a signal to each pid the walk finds never
+    catches up with it.
+
+    A group lives inside one session, and every member of a session descends from the process
+    that made it (``setsid``). So these are the groups of a session made below ``root``, and of
+    ``root``'s own session where ``root`` made it (every guarded process calls ``setsid``); not
+    ``root``'s own group (killed during the walk, ``root`` would hand its orphans to init; its
+    killer signals it last) nor the killer's; and none where a PID namespace lies between
+    ``/proc`` and us (their numbers are not ours). A group that empties between the read of its
+    member's ``stat`` and the signal could only have its number taken again once the kernel has
+    gone round every pid.
+    """
+
+    def __init__(self, root: int) -> None:
+        #: Groups signalled, by signal.
+        self.sent: dict[int, set[int]] = {}
+        self.usable = not _where()[1]
+        fields = stat_fields(root) if self.usable else None
+        if fields is None:
+            self.usable = False
+            return
+        self.skip = {int(fields[2]), os.getpgrp()}
+        session = int(fields[3])
+        #: The session whose groups outsiders may be in: root's, where root did not make it.
+        self.shared = None if session == root else session
+
+    def signal(self, pid: int, signum: int, fields: list[bytes] | None = None) -> None:
+        """Send ``signum`` to the group of ``pid`` (``fields``, its :func:`stat_fields`, if
+        read already) where nothing outside the subtree can be in it, once per group."""
+        if not self.usable:
+            return
+        if fields is None:
+            fields = stat_fields(pid)
+            if fields is None:
+                return
+        group, session = int(fields[2]), int(fields[3])
+        sent = self.sent.setdefault(signum, set())
+        if group in self.skip or session == self.shared or group in sent:
+            return
+        sent.add(group)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signum)
+
+
 #: How long a kill waits for its SIGSTOP to take effect before it kills anyway.
-STOP_WAIT_S = 0.02
+STOP_WAIT_S = 0.04
 #: How long :func:`kill_and_reap` waits by default, in all, for the killed child (and what it
 #: killed below it) to finish exiting; past it the child is left for :func:`sweep_unreaped`
 #: (a process in uninterruptible sleep may never exit; a 3 GiB one takes the kernel tens of
@@ -478,47 +551,200 @@ def _await_stop(pid: int, pidfd: int | None, timeout: float) -> bool:
 
 
 def kill_tree(pid: int, pidfd: int | None, killed: list[int] | None = None) -> int:
-    """Stop the child ``pid``, kill its descendants and its group, then the child itself.
+    """Kill the child ``pid``, all its descendants and its process group.
 
     ``pid`` must be a child of the calling process; ``pidfd`` is its pidfd, or None where there
     is none (then it is signalled by pid, which cannot be recycled before it is reaped).
     Returns how many descendants there were (their pids go to ``killed`` if given); 0 if the
-    child was already gone. Never waits for more than :data:`STOP_WAIT_S`.
+    child was already gone. Waits for at most :data:`STOP_WAIT_S` (see :class:`_TreeKill`).
+    """
+    kill = _TreeKill(pid, pidfd, killed)
+    kill.rest()
+    return kill.leaked
 
-    Why the SIGSTOP: the descendants are found by walking ``/proc`` from the child, and the
-    walk is complete only if the child cannot add a process to its subtree meanwhile, and
-    orphans of killed descendants re-parent to the child (a subreaper) rather than to init,
-    which they do only while it lives. So the child is frozen, not killed, during the walk.
+
+class _TreeKill:
+    """Stop the child and everything below it, kill the child, and (:meth:`rest`) the others.
+
+    The descendants are found by walking ``/proc`` from the child, and the walk is complete only
+    if nothing in the subtree can fork meanwhile and an orphan re-parents to the child (a
+    subreaper), which it does only while the child lives. So the child and then each process
+    the walk finds gets SIGSTOP, through a pidfd kept for the kill, and so does its process
+    group where only the subtree can be in it (:class:`Groups`: a chain that forks and exits
+    faster than the walk follows it is stopped whole); a process still running when its
+    parent's children were read could have forked after, so the walk is repeated until one
+    finds nothing new and every process it went through had been seen stopped (all its
+    threads: a thread still inside ``fork`` completes it) before it began. Then nothing
+    in the subtree can run: the child is killed and reaped alone, and only then the others.
+    Killed while the child lived, a hundred forks of a large caller tore down beside it,
+    sharing its memory, and held its exit past the deadline's bound on a busy machine.
 
     But a stop may never take effect: a thread in a vfork wait (its vfork child blocked, say,
     opening a FIFO) or in uninterruptible sleep does not join a group stop, so waiting for the
-    stop without a bound froze the caller. Hence a bounded wait, and then the walk anyway. It
-    stays race-free enough: with SIGSTOP pending no thread of the child can *start* a fork
+    stop without a bound froze the caller. Past :data:`STOP_WAIT_S` the kill falls back to
+    walking the subtree and killing it while the child lives (orphans still come to it), then
+    the child. That stays race-free enough: with SIGSTOP pending no thread can *start* a fork
     (any thread returning to user space stops), a thread stuck in vfork or D state forks
-    nothing, and only a fork already inside the kernel can still complete. The walk kills the
-    subtree while the child is alive (orphans still come to it); then SIGKILL makes the kernel
-    abort any fork the child has not finished, and a second walk and ``killpg`` catch a
-    process that such an in-flight fork attached just before. What is left is a child created
-    by a fork that was inside the kernel at the kill, that ran ``setsid`` within microseconds,
-    before the second walk, while the child's exit had already handed it to init: a PID
-    namespace (where the platform allows one) closes that too.
+    nothing, and only a fork already inside the kernel can still complete. SIGKILL makes the
+    kernel abort any fork the child has not finished, and a second walk and ``killpg`` catch
+    a process that such an in-flight fork attached just before. What is left is a child
+    created by a fork that was inside the kernel at the kill, that ran ``setsid`` within
+    microseconds, before the second walk, while the child's exit had already handed it to
+    init: a PID namespace (where the platform allows one) closes that too. A process outside
+    the subtree that continues or kills one inside during the walk is not guarded against.
     """
-    if not signal_child(pid, pidfd, signal.SIGSTOP):
-        return 0
-    # Its process group too (it leads one: see ._child): forks that kept the group stop
-    # burning the CPU the walk needs. Fifty busy ones left the walk 1/26 of a core on 2.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGSTOP)
-    stopped = _await_stop(pid, pidfd, STOP_WAIT_S)
-    leaked = kill_descendants(pid, killed=killed)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    signal_child(pid, pidfd, signal.SIGKILL)
-    if not stopped:
-        leaked += kill_descendants(pid, killed=killed)
+
+    def __init__(self, pid: int, pidfd: int | None, killed: list[int] | None = None) -> None:
+        """Stop the tree and kill the child (in the fallback, everything): see the class.
+
+        The descendants' pids, as ``/proc`` names them, go to ``killed`` if given, once they
+        are killed.
+        """
+        self.pid, self.pidfd, self.killed = pid, pidfd, killed
+        #: Stopped descendants, as /proc names them: how to signal each (see :func:`_hold`).
+        self.held: dict[int, tuple[int | None, int | None]] = {}
+        self.groups = Groups(_to_proc(pid))
+        self.leaked = 0  # counted by rest(), or by the fallback's walk
+        if not signal_child(pid, pidfd, signal.SIGSTOP):
+            return
+        # Its process group too (it leads one: see ._child): forks that kept the group stop
+        # burning the CPU the walk needs. Fifty busy ones left the walk 1/26 of a core on 2.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGSTOP)
+        until = time.monotonic() + STOP_WAIT_S
+        child_stopped = everything = False
+        try:
+            child_stopped = _await_stop(pid, pidfd, STOP_WAIT_S)
+            everything = child_stopped and self._stop_descendants(until)
+        finally:  # interrupted, too: nothing is left stopped
+            if everything:
+                signal_child(pid, pidfd, signal.SIGKILL)
+            else:
+                self._kill_walking(child_stopped)
+
+    def _stop_descendants(self, until: float) -> bool:
+        """SIGSTOP the child's descendants until a walk sees all stopped; False at ``until``.
+
+        A walk reads a process's children after it has looked at the process: once it was
+        seen stopped, they are all it will ever have. So a walk that saw every process it
+        went through stopped, and no process that had just exited (its children re-parent to
+        the child, whose children the walk may have read already), has found them all. Most
+        stopped with the process group (see :meth:`__init__`), and one walk is enough: the
+        deadline's bound includes it, and a walk of a hundred processes on a busy machine
+        takes tens of milliseconds (the first read of a new process's ``/proc`` is slow).
+        """
+        exited: set[int] = set()
+        pause = 0.0002
+        while True:
+            settled = True
+            for pid in _walk(_to_proc(self.pid)):
+                if pid in exited:  # before this walk began
+                    continue
+                fields = stat_fields(pid)
+                if fields is None or fields[0] in (b"Z", b"X"):
+                    settled = False
+                    exited.add(pid)
+                    if fields is not None:  # a zombie's group may hold the one it forked
+                        self.groups.signal(pid, signal.SIGSTOP, fields)
+                    continue
+                if pid not in self.held:
+                    self.groups.signal(pid, signal.SIGSTOP, fields)
+                    self.held[pid] = _hold(pid)
+                settled &= _all_stopped(pid, fields)  # else running, or exiting (killed)
+            if settled:
+                return True
+            wait = until - time.monotonic()
+            if wait <= 0:
+                return False
+            time.sleep(min(pause, wait))
+            pause = min(pause * 2, 0.002)
+
+    def rest(self) -> None:
+        """Kill the others: the stopped descendants and the process group; count them."""
+        try:
+            for pid in self.held:
+                # Counted now, after the child's exit: a read of /proc/PID/status each.
+                alive, init = _state(pid)
+                self.leaked += alive and not init
+            if self.killed is not None:
+                self.killed += self.held
+            for pid, (local, pidfd) in self.held.items():
+                if local is not None:
+                    # Reniced only now: at nice 0 they reach the stop sooner (it takes each
+                    # one a turn on a CPU), and the child is gone already.
+                    if local == pid:
+                        demote(pid)
+                    _signal(local, pidfd, signal.SIGKILL)
+            for group in self.groups.sent.get(signal.SIGSTOP, ()):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(group, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        finally:
+            for _, pidfd in self.held.values():
+                if pidfd is not None:
+                    os.close(pidfd)
+            self.held.clear()
+
+    def _kill_walking(self, child_stopped: bool) -> None:
+        """The fallback: kill the subtree by walking it while the child lives, then the child.
+
+        What was stopped is killed on the way (SIGKILL ends a stopped process too); the pidfds
+        kept for it are closed here, so that :meth:`rest` has nothing left to kill.
+        """
+        pid, pidfd, killed = self.pid, self.pidfd, self.killed
+        self.leaked = kill_descendants(pid, killed=killed)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-    return leaked
+        signal_child(pid, pidfd, signal.SIGKILL)
+        for _, held in self.held.values():  # to rest() nothing is left to kill
+            if held is not None:
+                os.close(held)
+        self.held.clear()
+        if not child_stopped:
+            self.leaked += kill_descendants(pid, killed=killed)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def _hold(pid: int) -> tuple[int | None, int | None]:
+    """SIGSTOP ``pid`` (as /proc names it): its pid as our namespace names it (None: gone) and
+    a pidfd of it, to kill it by later (None when out of descriptors: then by pid, which a
+    stopped process keeps)."""
+    local = _to_local(pid)
+    if local is None:
+        return None, None
+    pidfd = None
+    with contextlib.suppress(OSError):
+        pidfd = os.pidfd_open(local)
+    _signal(local, pidfd, signal.SIGSTOP)
+    return local, pidfd
+
+
+def _signal(local: int, pidfd: int | None, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        if pidfd is None:
+            os.kill(local, signum)
+        else:
+            signal.pidfd_send_signal(pidfd, signum)
+
+
+def _all_stopped(pid: int, fields: list[bytes]) -> bool:
+    """Every thread of ``pid`` stopped (or traced, or exited), ``fields`` its
+    :func:`stat_fields`: none is inside a fork."""
+    if fields[0] not in (b"T", b"t"):
+        return False
+    if int(fields[17]) == 1:
+        return True
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        state = stat_fields(f"{pid}/task/{tid}")
+        if state is not None and state[0] not in (b"T", b"t", b"Z", b"X"):
+            return False
+    return True
 
 
 def reap(pid: int) -> tuple[int, resource.struct_rusage | None]:
@@ -587,10 +813,14 @@ def kill_and_reap(
     until = time.monotonic() + timeout
     sweep_unreaped()
     killed: list[int] = []
-    leaked = kill_tree(pid, pidfd, killed)
-    reaped = reap_within(pid, pidfd, max(0.0, until - time.monotonic()))
+    kill = _TreeKill(pid, pidfd, killed)
+    try:
+        # Where the others are stopped, the child exits alone before they are killed.
+        reaped = reap_within(pid, pidfd, max(0.0, until - time.monotonic()))
+    finally:
+        kill.rest()
     await_gone(killed, until)
-    return (leaked, *reaped)
+    return (kill.leaked, *reaped)
 
 
 def reap_exited(spare: Collection[int] = ()) -> int:
