@@ -4,9 +4,10 @@ Used by the caller (run's parent, the pool), the zygote, and the guarded process
 
 The guard's child makes itself a child subreaper (Linux), so any descendant orphaned below it is
 re-parented to it instead of to init: while the child lives, its subtree is closed and can be
-walked through ``/proc``. Killing is race-free without freezing the tree first: once a process
-has a pending SIGKILL the kernel aborts any fork it has not finished, so a walk that finds no
-process it has not already signalled has found them all.
+walked through ``/proc``. At a deadline the tree is stopped first, then the child is killed
+and reaped alone, then the rest (:class:`_TreeKill`); a walk that kills as it goes
+(:func:`kill_descendants`) relies on the kernel aborting any fork of a process with SIGKILL
+pending, and walks again until a walk finds nothing it has not signalled and no new exit.
 """
 
 from __future__ import annotations
@@ -326,7 +327,7 @@ def kill_descendants(root: int, killed: list[int] | None = None) -> int:
     counted (a guard's own).
 
     ``root`` must not fork meanwhile: it is stopped, or it is the caller itself. It does not
-    wait for them to finish exiting (:func:`kill_and_reap` does, bounded): a process with
+    wait for all of them to finish exiting (:func:`kill_and_reap` does, bounded): a process with
     SIGKILL pending never runs another instruction of its own, and tearing down a hundred forks
     of a large process can take the kernel longer than a caller should wait. Each victim goes
     to nice 19 first, so that teardown does not starve the exit of ``root`` that the caller
@@ -335,25 +336,34 @@ def kill_descendants(root: int, killed: list[int] | None = None) -> int:
     and a victim holding a lock of the address space it shares with ``root`` could wait long
     for CPU on a busy machine.
 
-    The walk is repeated until one finds no process left to kill and no process that has
-    exited since the walk before: a process that exits hands its children to ``root``, whose
-    list the walk may have read already, so a walk that saw an exit may have missed them. A
-    chain whose every process forks the next and exits is caught this way, newest first.
+    The walk is repeated until one finds no process left to kill, no process that has exited
+    since the walk before, and none still exiting: a process that exits hands its children to
+    ``root``, whose list the walk may have read already, so a walk that saw an exit, or one
+    that may have come between its look at a process and its read of that one's children,
+    may have missed them. A chain whose every process forks the next and exits is caught this
+    way, newest first. For the exits of what it killed itself (or of what had SIGKILL pending
+    already) it waits at most :data:`REAP_WAIT_S` in all, rechecking every few milliseconds:
+    one of those forked nothing after its kill, and a fork that the kill caught halfway is
+    aborted, so what such an exit hands on was in its list of children at the walk before
+    but for a fork that completed in the moment between that read and the kill.
     """
     groups = Groups(root)
     signalled: set[int] = set()
     exited: set[int] = set()
     counted = 0
+    pause = 0.0002
+    until = 0.0  # how long the exits of killed processes are waited for; set at the first
     while True:
         found = []
-        settled = True
+        moved = dying = False
         for pid in _walk(_to_proc(root)):
             if pid in exited:
                 continue
             fields = stat_fields(pid)
             if fields is None or fields[0] in (b"Z", b"X"):
-                settled = False
                 exited.add(pid)
+                moved |= pid not in signalled
+                dying = True
                 if fields is not None:  # a zombie's group may hold the one it forked
                     groups.signal(pid, signal.SIGKILL, fields)
             elif pid not in signalled:
@@ -361,16 +371,30 @@ def kill_descendants(root: int, killed: list[int] | None = None) -> int:
                 if alive:
                     found.append((pid, fields))
                     counted += not init
-        if not found and settled:
+                else:
+                    dying = True
+            else:
+                dying = True
+        if found:
+            if killed is not None:
+                killed += [pid for pid, _ in found]
+            for pid, _ in found:
+                signalled.add(pid)
+                _kill(pid)
+            # After each is killed by pid, which renices it first (see above).
+            for pid, fields in found:
+                groups.signal(pid, signal.SIGKILL, fields)
+        elif moved:
+            continue
+        elif not dying:
             return counted
-        if killed is not None:
-            killed += [pid for pid, _ in found]
-        for pid, _ in found:
-            signalled.add(pid)
-            _kill(pid)
-        # After each is killed by pid, which renices it first (see below).
-        for pid, fields in found:
-            groups.signal(pid, signal.SIGKILL, fields)
+        else:
+            now = time.monotonic()
+            until = until or now + REAP_WAIT_S
+            if now >= until:
+                return counted
+            time.sleep(pause)
+            pause = min(pause * 2, 0.002)
 
 
 def _gone(pid: int) -> bool:
@@ -405,7 +429,7 @@ def _kill(pid: int) -> None:
     if local != pid:  # in a PID namespace below /proc's: its pids are not ours
         with contextlib.suppress(OSError):
             pidfd = os.pidfd_open(local)
-            with contextlib.suppress(ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             os.close(pidfd)
         return
@@ -414,12 +438,13 @@ def _kill(pid: int) -> None:
     except ProcessLookupError:
         return
     except OSError:  # out of descriptors in a fork storm: by pid, as the next best
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
         return
     try:
         demote(pid)
-        with contextlib.suppress(ProcessLookupError):
+        # Another user's (a scorer that ran sudo): not ours to kill, and no reason to stop.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     finally:
         os.close(pidfd)
@@ -465,27 +490,24 @@ class Groups:
     catches up with it.
 
     A group lives inside one session, and every member of a session descends from the process
-    that made it (``setsid``). So these are the groups of a session made below ``root``, and of
-    ``root``'s own session where ``root`` made it (every guarded process calls ``setsid``); not
-    ``root``'s own group (killed during the walk, ``root`` would hand its orphans to init; its
-    killer signals it last) nor the killer's; and none where a PID namespace lies between
-    ``/proc`` and us (their numbers are not ours). A group that empties between the read of its
-    member's ``stat`` and the signal could only have its number taken again once the kernel has
-    gone round every pid.
+    that made it (``setsid``). So where ``root`` made its own session (every guarded process
+    calls ``setsid``), every group of a process below it is one of that session's or of one made
+    below it, and holds nothing but ``root``'s descendants; elsewhere none is used. Nor where
+    ``root`` is a PID namespace's init (it adopts every orphan of its namespace, its descendant
+    or not), nor where a PID namespace lies between ``/proc`` and us (their numbers are not
+    ours). Never ``root``'s own group (killed during the walk, ``root`` would hand its orphans to
+    init; its killer signals it last) nor the killer's. A group that empties between the read
+    of its member's ``stat`` and the signal could only have its number taken again once the
+    kernel has gone round every pid; a process reaped during the read shows -1, skipped.
     """
 
     def __init__(self, root: int) -> None:
         #: Groups signalled, by signal.
         self.sent: dict[int, set[int]] = {}
-        self.usable = not _where()[1]
-        fields = stat_fields(root) if self.usable else None
-        if fields is None:
-            self.usable = False
-            return
-        self.skip = {int(fields[2]), os.getpgrp()}
-        session = int(fields[3])
-        #: The session whose groups outsiders may be in: root's, where root did not make it.
-        self.shared = None if session == root else session
+        fields = None if _where()[1] else stat_fields(root)
+        ids = _nspids(root) if fields is not None else []
+        self.usable = fields is not None and int(fields[3]) == root and ids[-1:] != [1]
+        self.skip = {int(fields[2]), os.getpgrp()} if fields is not None else set()
 
     def signal(self, pid: int, signum: int, fields: list[bytes] | None = None) -> None:
         """Send ``signum`` to the group of ``pid`` (``fields``, its :func:`stat_fields`, if
@@ -496,9 +518,9 @@ class Groups:
             fields = stat_fields(pid)
             if fields is None:
                 return
-        group, session = int(fields[2]), int(fields[3])
+        group = int(fields[2])
         sent = self.sent.setdefault(signum, set())
-        if group in self.skip or session == self.shared or group in sent:
+        if group <= 0 or group in self.skip or group in sent:
             return
         sent.add(group)
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -604,7 +626,7 @@ class _TreeKill:
         #: Stopped descendants, as /proc names them: how to signal each (see :func:`_hold`).
         self.held: dict[int, tuple[int | None, int | None]] = {}
         self.groups = Groups(_to_proc(pid))
-        self.leaked = 0  # counted by rest(), or by the fallback's walk
+        self.leaked = 0  # counted by the walk that saw every descendant stopped, or killed
         if not signal_child(pid, pidfd, signal.SIGSTOP):
             return
         # Its process group too (it leads one: see ._child): forks that kept the group stop
@@ -628,15 +650,18 @@ class _TreeKill:
         A walk reads a process's children after it has looked at the process: once it was
         seen stopped, they are all it will ever have. So a walk that saw every process it
         went through stopped, and no process that had just exited (its children re-parent to
-        the child, whose children the walk may have read already), has found them all. Most
-        stopped with the process group (see :meth:`__init__`), and one walk is enough: the
-        deadline's bound includes it, and a walk of a hundred processes on a busy machine
-        takes tens of milliseconds (the first read of a new process's ``/proc`` is slow).
+        the child, whose children the walk may have read already), has found them all; the
+        processes it saw are what the call left running (:attr:`leaked`), namespace inits
+        aside. A walk sees a process before it stops it, so it takes two at least; a walk of a
+        hundred processes on a busy machine takes tens of milliseconds (the first read of a new
+        process's ``/proc`` is slow), and the deadline's bound includes them.
         """
         exited: set[int] = set()
+        inits: set[int] = set()  # namespace inits below ours: killed, not counted
         pause = 0.0002
         while True:
             settled = True
+            present = 0
             for pid in _walk(_to_proc(self.pid)):
                 if pid in exited:  # before this walk began
                     continue
@@ -650,8 +675,12 @@ class _TreeKill:
                 if pid not in self.held:
                     self.groups.signal(pid, signal.SIGSTOP, fields)
                     self.held[pid] = _hold(pid)
+                    if _state(pid, fields)[1]:
+                        inits.add(pid)
                 settled &= _all_stopped(pid, fields)  # else running, or exiting (killed)
+                present += pid not in inits
             if settled:
+                self.leaked = present
                 return True
             wait = until - time.monotonic()
             if wait <= 0:
@@ -660,26 +689,28 @@ class _TreeKill:
             pause = min(pause * 2, 0.002)
 
     def rest(self) -> None:
-        """Kill the others: the stopped descendants and the process group; count them."""
+        """Kill the others: the stopped descendants, their groups and the child's group.
+
+        Nothing is read first: once the child has died, a descendant whose parent it was can
+        be running again (a parent-death signal of SIGCONT, or the SIGCONT the kernel sends a
+        stopped process group that the death leaves orphaned), under init.
+        """
         try:
-            for pid in self.held:
-                # Counted now, after the child's exit: a read of /proc/PID/status each.
-                alive, init = _state(pid)
-                self.leaked += alive and not init
             if self.killed is not None:
                 self.killed += self.held
-            for pid, (local, pidfd) in self.held.items():
+            for local, pidfd in self.held.values():
                 if local is not None:
-                    # Reniced only now: at nice 0 they reach the stop sooner (it takes each
-                    # one a turn on a CPU), and the child is gone already.
-                    if local == pid:
-                        demote(pid)
                     _signal(local, pidfd, signal.SIGKILL)
             for group in self.groups.sent.get(signal.SIGSTOP, ()):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(group, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
+            # Reniced only now, for their teardown: at nice 0 they reached the stop sooner (it
+            # takes each one a turn on a CPU), and nothing is read before the kill.
+            for pid, (local, _) in self.held.items():
+                if local == pid:
+                    demote(pid)
         finally:
             for _, pidfd in self.held.values():
                 if pidfd is not None:
@@ -708,21 +739,25 @@ class _TreeKill:
 
 
 def _hold(pid: int) -> tuple[int | None, int | None]:
-    """SIGSTOP ``pid`` (as /proc names it): its pid as our namespace names it (None: gone) and
-    a pidfd of it, to kill it by later (None when out of descriptors: then by pid, which a
-    stopped process keeps)."""
+    """SIGSTOP ``pid`` (as /proc names it): its pid as our namespace names it and a pidfd of it,
+    to kill it by later; ``(None, None)`` once it is gone. The pidfd is None when out of
+    descriptors: then it is killed by pid, which a stopped process keeps."""
     local = _to_local(pid)
     if local is None:
         return None, None
     pidfd = None
-    with contextlib.suppress(OSError):
+    try:
         pidfd = os.pidfd_open(local)
+    except ProcessLookupError:
+        return None, None
+    except OSError:
+        pass
     _signal(local, pidfd, signal.SIGSTOP)
     return local, pidfd
 
 
 def _signal(local: int, pidfd: int | None, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # see _kill
         if pidfd is None:
             os.kill(local, signum)
         else:

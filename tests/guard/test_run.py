@@ -383,6 +383,33 @@ def test_a_pid_hopping_chain_outside_the_group_is_killed(tmp_path: Path, leave: 
     _proctree.sweep_unreaped()
 
 
+def wake_on_parent_death(pidfile: Path) -> None:
+    """A child that asks for SIGCONT when its parent dies and ignores SIGHUP, so that the kill
+    of the guard's child, which it waits for stopped, sets it running again under init; then
+    it starts processes that leave every group and session the kill knows of."""
+    if os.fork() == 0:
+        ctypes.CDLL(None).prctl(1, signal.SIGCONT, 0, 0, 0)  # PR_SET_PDEATHSIG
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        parent = os.getppid()
+        while os.getppid() == parent:
+            time.sleep(0.0002)
+        while True:
+            if os.fork() == 0:
+                os.setsid()
+                record(pidfile, os.getpid())
+                time.sleep(3600)
+    time.sleep(3600)
+
+
+def test_a_child_woken_by_its_parents_death_is_killed_before_it_forks(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    out = timed(wake_on_parent_death, pidfile)
+    assert out.status is Status.TIMEOUT
+    time.sleep(0.3)
+    assert not pidfile.exists(), f"it ran again and forked: {recorded(pidfile)}"
+    assert out.leaked == 1
+
+
 def fork_from_threads(pidfile: Path, threads: int) -> None:
     """In a process of its own session: ``threads`` threads, each forking a short-lived child
     and reaping it, over and over, so that some thread is inside fork() whenever the kill
