@@ -597,7 +597,8 @@ class _TreeKill:
     parent's children were read could have forked after, so the walk is repeated until one
     finds nothing new and every process it went through had been seen stopped (all its
     threads: a thread still inside ``fork`` completes it) before it began. Then nothing
-    in the subtree can run: the child is killed and reaped alone, and only then the others.
+    in the subtree can run: the child is killed and reaped alone, and only then the others
+    (its death can wake one of them: see :meth:`rest`, which kills before it reads anything).
     Killed while the child lived, a hundred forks of a large caller tore down beside it,
     sharing its memory, and held its exit past the deadline's bound on a busy machine.
 
