@@ -409,8 +409,7 @@ class Group:
 
     def _await_frozen(self, timeout: float) -> None:
         """Wait until every member is frozen, or ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        pause = 0.0002
+        backoff = _proctree.Backoff(time.monotonic() + timeout)
         while True:
             try:
                 with open(os.path.join(self.path, "cgroup.events"), "rb") as f:
@@ -418,11 +417,8 @@ class Group:
                         return
             except OSError:
                 return
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if not backoff.sleep():
                 return
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, 0.002)
 
     def freeze(self) -> bool:
         """Start freezing the group without waiting for it (:meth:`stop` waits), so that
@@ -485,7 +481,7 @@ def _at(dir_fd: int) -> Callable[[str, int], int]:
 
 def _rmdir(name: str, dir_fd: int | None, until: float) -> bool:
     """Remove one folder once it is empty, waiting until ``until``; False if it is not."""
-    pause = 0.0002
+    backoff = _proctree.Backoff(until)
     while True:
         try:
             os.rmdir(name, dir_fd=dir_fd)
@@ -493,11 +489,8 @@ def _rmdir(name: str, dir_fd: int | None, until: float) -> bool:
         except FileNotFoundError:
             return True
         except OSError:  # EBUSY: members still exiting
-            wait = until - time.monotonic()
-            if wait <= 0:
+            if not backoff.sleep():
                 return False
-            time.sleep(min(pause, wait))
-            pause = min(pause * 2, 0.002)
 
 
 def _remove(path: str, until: float) -> bool:

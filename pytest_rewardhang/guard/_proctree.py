@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 from collections.abc import Collection, Iterator
-from functools import cache
+from functools import cache, cached_property
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -347,25 +347,18 @@ def kill_descendants(root: int, killed: list[int] | None = None) -> int:
     aborted, so what such an exit hands on was in its list of children at the walk before
     but for a fork that completed in the moment between that read and the kill.
     """
-    groups = Groups(root)
+    groups = Groups(_to_proc(root))
     signalled: set[int] = set()
     exited: set[int] = set()
     counted = 0
-    pause = 0.0002
-    until = 0.0  # how long the exits of killed processes are waited for; set at the first
+    backoff = None  # for the exits of killed processes: made at the first wait for them
     while True:
         found = []
         moved = dying = False
-        for pid in _walk(_to_proc(root)):
-            if pid in exited:
-                continue
-            fields = stat_fields(pid)
-            if fields is None or fields[0] in (b"Z", b"X"):
-                exited.add(pid)
+        for pid, fields in _walk_stat(root, exited, groups, signal.SIGKILL):
+            if fields is None:
                 moved |= pid not in signalled
                 dying = True
-                if fields is not None:  # a zombie's group may hold the one it forked
-                    groups.signal(pid, signal.SIGKILL, fields)
             elif pid not in signalled:
                 alive, init = _state(pid, fields)
                 if alive:
@@ -389,12 +382,9 @@ def kill_descendants(root: int, killed: list[int] | None = None) -> int:
         elif not dying:
             return counted
         else:
-            now = time.monotonic()
-            until = until or now + REAP_WAIT_S
-            if now >= until:
+            backoff = backoff or Backoff(time.monotonic() + REAP_WAIT_S)
+            if not backoff.sleep():
                 return counted
-            time.sleep(pause)
-            pause = min(pause * 2, 0.002)
 
 
 def _gone(pid: int) -> bool:
@@ -411,14 +401,11 @@ def await_gone(pids: Collection[int], until: float) -> int:
     busy machine takes tens of milliseconds. Returns how many were still exiting at ``until``.
     """
     left = list(pids)
-    pause = 0.0002
+    backoff = Backoff(until)
     while True:
         left = [pid for pid in left if not _gone(pid)]
-        wait = until - time.monotonic()
-        if not left or wait <= 0:
+        if not left or not backoff.sleep():
             return len(left)
-        time.sleep(min(pause, wait))
-        pause = min(pause * 2, 0.002)
 
 
 def _kill(pid: int) -> None:
@@ -479,6 +466,28 @@ def _walk(root: int) -> Iterator[int]:
             frontier.append(child)
 
 
+def _walk_stat(
+    root: int, exited: set[int], groups: Groups, signum: int
+) -> Iterator[tuple[int, list[bytes] | None]]:
+    """:func:`_walk` from ``root`` (as our namespace names it): each descendant as ``/proc``
+    names it, with its :func:`stat_fields`, but those in ``exited``.
+
+    One that has exited is added to ``exited`` and yielded with None, once, and its group is
+    sent ``signum`` through ``groups``: a zombie's group may hold the one it forked.
+    """
+    for pid in _walk(_to_proc(root)):
+        if pid in exited:
+            continue
+        fields = stat_fields(pid)
+        if fields is None or fields[0] in (b"Z", b"X"):
+            exited.add(pid)
+            if fields is not None:
+                groups.signal(pid, signum, fields)
+            yield pid, None
+        else:
+            yield pid, fields
+
+
 class Groups:
     """The process groups below ``root`` that nothing but its descendants can be in, each sent
     a signal once.
@@ -502,17 +511,27 @@ class Groups:
     """
 
     def __init__(self, root: int) -> None:
+        """``root`` as ``/proc`` names it."""
+        self.root = root
         #: Groups signalled, by signal.
         self.sent: dict[int, set[int]] = {}
-        fields = None if _where()[1] else stat_fields(root)
-        ids = _nspids(root) if fields is not None else []
-        self.usable = fields is not None and int(fields[3]) == root and ids[-1:] != [1]
-        self.skip = {int(fields[2]), os.getpgrp()} if fields is not None else set()
+
+    @cached_property
+    def skip(self) -> set[int] | None:
+        """The groups never signalled; None where no group is (see the class). Read at the
+        first signal: most kills (a worker's cleanup after each item) find nothing to signal."""
+        if _where()[1]:
+            return None
+        fields = stat_fields(self.root)
+        if fields is None or int(fields[3]) != self.root or _nspids(self.root)[-1:] == [1]:
+            return None
+        return {int(fields[2]), os.getpgrp()}
 
     def signal(self, pid: int, signum: int, fields: list[bytes] | None = None) -> None:
         """Send ``signum`` to the group of ``pid`` (``fields``, its :func:`stat_fields`, if
         read already) where nothing outside the subtree can be in it, once per group."""
-        if not self.usable:
+        skip = self.skip
+        if skip is None:
             return
         if fields is None:
             fields = stat_fields(pid)
@@ -520,7 +539,7 @@ class Groups:
                 return
         group = int(fields[2])
         sent = self.sent.setdefault(signum, set())
-        if group <= 0 or group in self.skip or group in sent:
+        if group <= 0 or group in skip or group in sent:
             return
         sent.add(group)
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -534,6 +553,24 @@ STOP_WAIT_S = 0.04
 #: (a process in uninterruptible sleep may never exit; a 3 GiB one takes the kernel tens of
 #: milliseconds to tear down).
 REAP_WAIT_S = 0.05
+
+
+class Backoff:
+    """The pauses of a poll loop: 0.2 ms, doubling up to 2 ms, none past ``until``
+    (monotonic)."""
+
+    def __init__(self, until: float) -> None:
+        self.until = until
+        self.pause = 0.0002
+
+    def sleep(self) -> bool:
+        """Sleep the next pause (cut short at ``until``); False, at once, once it has passed."""
+        wait = self.until - time.monotonic()
+        if wait <= 0:
+            return False
+        time.sleep(min(self.pause, wait))
+        self.pause = min(self.pause * 2, 0.002)
+        return True
 
 
 def signal_child(pid: int, pidfd: int | None, signum: int) -> bool:
@@ -562,13 +599,10 @@ def _waitid(pid: int, pidfd: int | None, options: int) -> bool:
 
 def _await_stop(pid: int, pidfd: int | None, timeout: float) -> bool:
     """Poll, for at most ``timeout`` seconds, until the child is stopped or dead."""
-    deadline = time.monotonic() + timeout
-    pause = 0.0002
+    backoff = Backoff(time.monotonic() + timeout)
     while not _waitid(pid, pidfd, os.WSTOPPED | os.WEXITED):
-        if time.monotonic() >= deadline:
+        if not backoff.sleep():
             return False
-        time.sleep(pause)
-        pause = min(pause * 2, 0.002)
     return True
 
 
@@ -659,19 +693,13 @@ class _TreeKill:
         """
         exited: set[int] = set()
         inits: set[int] = set()  # namespace inits below ours: killed, not counted
-        pause = 0.0002
+        backoff = Backoff(until)
         while True:
             settled = True
             present = 0
-            for pid in _walk(_to_proc(self.pid)):
-                if pid in exited:  # before this walk began
-                    continue
-                fields = stat_fields(pid)
-                if fields is None or fields[0] in (b"Z", b"X"):
+            for pid, fields in _walk_stat(self.pid, exited, self.groups, signal.SIGSTOP):
+                if fields is None:
                     settled = False
-                    exited.add(pid)
-                    if fields is not None:  # a zombie's group may hold the one it forked
-                        self.groups.signal(pid, signal.SIGSTOP, fields)
                     continue
                 if pid not in self.held:
                     self.groups.signal(pid, signal.SIGSTOP, fields)
@@ -683,11 +711,8 @@ class _TreeKill:
             if settled:
                 self.leaked = present
                 return True
-            wait = until - time.monotonic()
-            if wait <= 0:
+            if not backoff.sleep():
                 return False
-            time.sleep(min(pause, wait))
-            pause = min(pause * 2, 0.002)
 
     def rest(self) -> None:
         """Kill the others: the stopped descendants, their groups and the child's group.
