@@ -347,7 +347,8 @@ def kill_descendants(root: int, killed: list[int] | None = None) -> int:
     aborted, so what such an exit hands on was in its list of children at the walk before
     but for a fork that completed in the moment between that read and the kill.
     """
-    groups = Groups(_to_proc(root))
+    proc_root = _to_proc(root)  # the same for every walk: root is alive throughout
+    groups = Groups(proc_root)
     signalled: set[int] = set()
     exited: set[int] = set()
     counted = 0
@@ -355,7 +356,7 @@ def kill_descendants(root: int, killed: list[int] | None = None) -> int:
     while True:
         found = []
         moved = dying = False
-        for pid, fields in _walk_stat(root, exited, groups, signal.SIGKILL):
+        for pid, fields in _walk_stat(proc_root, exited, groups, signal.SIGKILL):
             if fields is None:
                 moved |= pid not in signalled
                 dying = True
@@ -469,13 +470,13 @@ def _walk(root: int) -> Iterator[int]:
 def _walk_stat(
     root: int, exited: set[int], groups: Groups, signum: int
 ) -> Iterator[tuple[int, list[bytes] | None]]:
-    """:func:`_walk` from ``root`` (as our namespace names it): each descendant as ``/proc``
-    names it, with its :func:`stat_fields`, but those in ``exited``.
+    """:func:`_walk` from ``root``: each descendant, with its :func:`stat_fields`, but those in
+    ``exited``; pids as ``/proc`` names them.
 
     One that has exited is added to ``exited`` and yielded with None, once, and its group is
     sent ``signum`` through ``groups``: a zombie's group may hold the one it forked.
     """
-    for pid in _walk(_to_proc(root)):
+    for pid in _walk(root):
         if pid in exited:
             continue
         fields = stat_fields(pid)
@@ -660,7 +661,7 @@ class _TreeKill:
         self.pid, self.pidfd, self.killed = pid, pidfd, killed
         #: Stopped descendants, as /proc names them: how to signal each (see :func:`_hold`).
         self.held: dict[int, tuple[int | None, int | None]] = {}
-        self.groups = Groups(_to_proc(pid))
+        self.groups = Groups(_to_proc(pid))  # its root: the child, as /proc names it
         self.leaked = 0  # counted by the walk that saw every descendant stopped, or killed
         if not signal_child(pid, pidfd, signal.SIGSTOP):
             return
@@ -697,7 +698,7 @@ class _TreeKill:
         while True:
             settled = True
             present = 0
-            for pid, fields in _walk_stat(self.pid, exited, self.groups, signal.SIGSTOP):
+            for pid, fields in _walk_stat(self.groups.root, exited, self.groups, signal.SIGSTOP):
                 if fields is None:
                     settled = False
                     continue
