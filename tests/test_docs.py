@@ -1039,6 +1039,12 @@ def walks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Walk]:
     return made
 
 
+def _slow(block: Block) -> bool:
+    """A block of a page run as a sequence (a tutorial's install and runs), or one run in the
+    checkout (README's main job): minutes each, in the slow tier."""
+    return PARSED[block.page].sequence or "checkout" in block.directives
+
+
 def _timeout(block: Block) -> float:
     page = PARSED[block.page]
     if page.sequence:
@@ -1053,6 +1059,7 @@ def _timeout(block: Block) -> float:
             block,
             id=block.id,
             marks=[pytest.mark.timeout(_timeout(block))]
+            + ([pytest.mark.slow] if _slow(block) else [])
             + (
                 [pytest.mark.skip(reason=block.directives["skip"])]
                 if "skip" in block.directives

@@ -10,11 +10,10 @@ import textwrap
 
 import pytest
 
-from tests._projects import C_HANG_LINE, SCORERS, fast, scorer_args
+from tests._projects import C_HANG_LINE, SCORERS, XDIST, fast, scorer_args, usage
 
 pytestmark = pytest.mark.timeout(180)
 
-XDIST = pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 FAST = fast(deadline=0.5, max_chars=8192)
 
 
@@ -230,7 +229,7 @@ def test_collect_only_and_marker_selection(project: pytest.Pytester) -> None:
 def test_nonsense_options_get_one_clear_line(
     project: pytest.Pytester, option: str, message: str
 ) -> None:
-    result = check(project, option)
+    result = usage(project, *FAST, option)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()

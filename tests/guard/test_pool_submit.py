@@ -490,7 +490,9 @@ def test_ctrl_c_while_waiting_on_a_future_leaves_the_pool_to_the_others(tmp_path
         if not done.is_set():
             raise KeyboardInterrupt
 
-    with Pool(score, workers=2, budget=2.0) as pool:
+    # Long enough for the 0.3 s interrupts to come while items hang; every hung item after
+    # them costs the test its budget.
+    with Pool(score, workers=2, budget=1.0) as pool:
         others = [pool.submit(str(log), f"o{i}") for i in range(20)]
         hung = pool.submit(str(log), "hung", "sleep")
         previous = signal.signal(signal.SIGINT, on_sigint)

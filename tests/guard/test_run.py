@@ -445,6 +445,7 @@ def test_threads_forking_in_a_descendant_are_all_killed(tmp_path: Path) -> None:
     assert out.leaked >= 1  # the forking process, at least
 
 
+@pytest.mark.slow  # a storm or a race, repeated: seconds of real processes
 def test_bounded_fork_storm_is_killed(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     # A caller of some size, as trainers are: a hundred copies of it tearing down at once must

@@ -537,6 +537,7 @@ def test_guarded_still_reraises_a_builtin_exception_as_itself() -> None:
 # --- 3. interrupts are safe ------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a storm or a race, repeated: seconds of real processes
 def test_a_sigint_storm_leaves_no_process_zombie_or_descriptor() -> None:
     """A 1 kHz SIGINT storm at a caller calling run() in a loop; then nothing is left."""
     script = textwrap.dedent(
