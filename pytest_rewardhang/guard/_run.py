@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar, overload
 
+from . import _limits
 from ._child import awaited
 from ._fork import run_forked
 from ._outcome import Mechanism, Outcome, Status, raised
@@ -71,10 +72,8 @@ def run(
 
 
 def _check_limits(budget: object, memory_mb: object) -> None:
-    if not (isinstance(budget, int | float) and math.isfinite(budget) and budget > 0):
-        raise ValueError(f"budget must be a positive number of seconds, not {budget!r}")
-    if memory_mb is not None and not (isinstance(memory_mb, int | float) and memory_mb > 0):
-        raise ValueError(f"memory_mb must be a positive number of MiB or None, not {memory_mb!r}")
+    _limits.seconds("budget", budget)
+    _limits.mebibytes("memory_mb", memory_mb)
 
 
 class CallFailed(Exception):

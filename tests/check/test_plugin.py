@@ -208,6 +208,19 @@ def test_collect_only_and_marker_selection(project: pytest.Pytester) -> None:
         ),
         ("--reward-hang-max-chars=lots", "ERROR: --reward-hang-max-chars: expected a positive*"),
         (
+            "--reward-hang-deadline=1e306",  # the guard's arithmetic overflowed on it
+            "ERROR: --reward-hang-deadline: expected a positive number of seconds of at most"
+            " 1e+09, got '1e306'",
+        ),
+        (
+            "--reward-hang-memory-mb=inf",
+            "ERROR: --reward-hang-memory-mb: expected a number of MiB, 0 for no limit*",
+        ),
+        (
+            "--reward-hang-memory-mb=1e300",
+            "ERROR: --reward-hang-memory-mb: expected a number of MiB, 0 for no limit of at most *",
+        ),
+        (
             "--reward-hang-fail-on=timeout,slow",
             "ERROR: --reward-hang-fail-on: unknown outcome slow*",
         ),
