@@ -1,6 +1,8 @@
-"""The docs stay true to the code: options, links, and every fenced block in README.md and docs/.
+"""The docs stay true to the code: options, links, and every fenced block in the pages.
 
-Every fence in ``README.md`` and ``docs/*.md`` is found by parsing the Markdown and is one test,
+The pages are ``README.md``, ``docs/*.md`` and ``benchmarks/README.md`` (the benchmarks' full
+reports, which the README's headline tables sum up). Every fence in them is found by parsing the
+Markdown and is one test,
 ``test_block[<page>:<line of its opening fence>]``, e.g. ``test_block[README.md:4]``. A block
 either runs (or is checked, by its language, below) or is skipped by a marker in the page that
 states why. ``test_blocks_are_found`` fails when the parser finds fewer blocks than the pages
@@ -10,9 +12,9 @@ is not directly above a fence; so nothing here can pass by checking nothing.
 Markers are HTML comments (invisible when rendered) on the line directly above the fence:
 
 ``<!-- docs-test: skip: REASON -->``
-    not run; REASON (a few words at least) says why, in the page itself. At most
-    ``MAX_SKIPPED`` blocks of code may be skipped; a ``text`` drawing (not output) is skipped
-    this way too, saying what it is.
+    not run; REASON (a few words at least) says why, in the page itself. Each page may skip at
+    most its ``MAX_SKIPPED`` blocks of code (none, for a page not listed there); a ``text``
+    drawing (not output) is skipped this way too, saying what it is.
 ``<!-- docs-test: given: NAME, NAME -->``
     the block uses names or files the page leaves to the reader; each NAME is a key of
     ``GIVEN`` below, set up before the block runs (Python names in its namespace, files in its
@@ -101,7 +103,8 @@ pytestmark = pytest.mark.timeout(60)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+BENCHMARKS_PAGE = ROOT / "benchmarks" / "README.md"
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), BENCHMARKS_PAGE]
 #: The docs' stand-in for the path of a checkout of this repository.
 CHECKOUT_PLACEHOLDER = "/path/to/pytest-rewardhang"
 #: Seconds any one command may take (a page run as a sequence is bounded by its own budget).
@@ -146,11 +149,49 @@ def test_every_ini_key_is_in_the_reference(help_text: str) -> None:
     assert sorted(keys - documented) == []
 
 
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation but ``-`` and ``_``
+    dropped, spaces as ``-``, a repeated heading numbered."""
+    found: set[str] = set()
+    inside = False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if re.match(r"^ {0,3}(```|~~~)", line):
+            inside = not inside
+        heading = re.match(r"^#{1,6} (.*)$", line)
+        if inside or heading is None:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", heading[1].strip().lower()).replace(" ", "-")
+        anchor, repeat = slug, 0
+        while anchor in found:
+            repeat += 1
+            anchor = f"{slug}-{repeat}"
+        found.add(anchor)
+    return found
+
+
+def test_anchors_are_made_as_github_makes_them(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    text = "# A page\n## `Outcome`\n## What `run` guarantees\n## The JSON report (`--x-y`)\n"
+    text += "```text\n## not a heading\n```\n## Fixed\n## Fixed\n"
+    page.write_text(text, encoding="utf-8")
+    assert _anchors(page) == {
+        "a-page",
+        "outcome",
+        "what-run-guarantees",
+        "the-json-report---x-y",
+        "fixed",
+        "fixed-1",
+    }
+
+
 def test_relative_links_resolve() -> None:
     for page in PAGES:
         prose = re.sub(r"`[^`\n]*`", "", page.read_text())  # a regex in code is not a link
-        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", prose):
-            assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
+        for target, anchor in re.findall(r"\]\(([^)#:]*)(?:#([^)]*))?\)", prose):
+            linked = (page.parent / target).resolve() if target else page
+            assert linked.exists(), f"{page.name}: broken link {target}"
+            if anchor and linked.suffix == ".md":
+                assert anchor in _anchors(linked), f"{page.name}: no #{anchor} in {target}"
     readme = (ROOT / "README.md").read_text()
     for name in ("tutorial", "howto", "reference", "explanation", "ci"):
         assert f"docs/{name}.md" in readme
@@ -718,11 +759,11 @@ def assert_shape(documented: Any, real: Any, where: str) -> None:
 
 PARSED = {page.relative_to(ROOT).as_posix(): parse_page(page) for page in PAGES}
 BLOCKS = [block for page in PARSED.values() for block in page.blocks]
-#: Skipped blocks of code (text and yaml aside): keep this set small and every reason honest.
-#: Eight are benchmarks' full runs (minutes each; tests/test_benchmarks.py makes the --quick or
-#: --dry runs of six), one the test command itself, one Ray's driver (tests/adapters/test_ray.py
-#: runs that block on a cluster).
-MAX_SKIPPED = 10
+#: Skipped blocks of code (text and yaml aside) a page may have; any other page, none. Keep these
+#: small and every reason honest. README's is the test command itself; benchmarks/README.md's are
+#: the benchmarks' full runs (minutes each; tests/test_benchmarks.py makes the --quick or --dry
+#: runs of six); Ray's is its driver (tests/adapters/test_ray.py runs that block on a cluster).
+MAX_SKIPPED = {"README.md": 1, "benchmarks/README.md": 8, "docs/ray.md": 1}
 
 
 def test_blocks_are_found() -> None:
@@ -738,14 +779,37 @@ def test_blocks_are_found() -> None:
                 inside = not inside
         assert len(page.blocks) == opening, f"{name}: parsed {len(page.blocks)} of {opening}"
     assert len(BLOCKS) >= 40, len(BLOCKS)
-    assert len(PARSED["README.md"].blocks) >= 12
+    assert len(PARSED["README.md"].blocks) >= 8
+    assert len(PARSED["benchmarks/README.md"].blocks) >= 8
     assert len(PARSED["docs/tutorial.md"].blocks) >= 10
     run = [b for b in BLOCKS if b.lang in ("bash", "python")]
     assert len(run) >= 20, [b.id for b in run]
     # Drawings and trainer configuration cannot run; code that could must rarely be skipped.
-    skipped = [b.id for b in BLOCKS if "skip" in b.directives and b.lang not in ("text", "yaml")]
-    assert len(skipped) <= MAX_SKIPPED, skipped
+    for name, page in PARSED.items():
+        skipped = [
+            b.id for b in page.blocks if "skip" in b.directives and b.lang not in ("text", "yaml")
+        ]
+        assert len(skipped) <= MAX_SKIPPED.get(name, 0), skipped
     assert PARSED["docs/tutorial.md"].sequence
+
+
+def _benchmark_commands(text: str) -> set[str]:
+    """The benchmark commands a page quotes in its prose (as code spans)."""
+    return set(re.findall(r"`([^`\n]*benchmarks/bench_\w+\.py)`", text))
+
+
+def test_the_readme_heads_every_benchmark_with_its_command() -> None:
+    """Each benchmark's full report has its command as a block; the README's headline quotes
+    that command exactly, and links to that report."""
+    blocks = PARSED["benchmarks/README.md"].blocks
+    commands = {
+        b.text.strip() for b in blocks if b.lang == "bash" and "benchmarks/bench_" in b.text
+    }
+    assert len(commands) >= 8, commands
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert _benchmark_commands(readme) == commands
+    reports = set(re.findall(r"\(benchmarks/README\.md#([^)]+)\)", readme))
+    assert len(reports) >= len(commands), reports
 
 
 def test_markers_are_enforced() -> None:
