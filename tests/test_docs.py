@@ -928,12 +928,7 @@ class Walk:
         return block.lang == "text" and "output" in block.directives
 
     def _previous_run(self, index: int) -> int:
-        for position in range(index - 1, -1, -1):
-            d = self.page.blocks[position].directives
-            runs = not ({"skip", "file", "append"} & set(d))
-            if self.page.blocks[position].lang in ("bash", "python") and runs:
-                return position
-        raise AssertionError(f"{self.page.blocks[index].id}: `output` of no block")
+        return previous_run(self.page, index)
 
     def _timeout(self) -> float:
         if self.budget is None:
@@ -1103,10 +1098,26 @@ def walks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Walk]:
     return made
 
 
+def previous_run(page: Page, index: int) -> int:
+    """The position of the block that an ``output`` block at ``index`` quotes."""
+    for position in range(index - 1, -1, -1):
+        d = page.blocks[position].directives
+        runs = not ({"skip", "file", "append"} & set(d))
+        if page.blocks[position].lang in ("bash", "python") and runs:
+            return position
+    raise AssertionError(f"{page.blocks[index].id}: `output` of no block")
+
+
 def _slow(block: Block) -> bool:
-    """A block of a page run as a sequence (a tutorial's install and runs), or one run in the
-    checkout (README's main job): minutes each, in the slow tier."""
-    return PARSED[block.page].sequence or "checkout" in block.directives
+    """A block of a page run as a sequence (a tutorial's install and runs), one run in the
+    checkout (README's main job), or the output of one: minutes each, in the slow tier."""
+    page = PARSED[block.page]
+    if page.sequence or "checkout" in block.directives:
+        return True
+    if "output" not in block.directives:
+        return False
+    quoted = page.blocks[previous_run(page, page.blocks.index(block))]
+    return "checkout" in quoted.directives
 
 
 def _timeout(block: Block) -> float:
