@@ -11,10 +11,11 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 
 - ``_run``: :func:`run`, :func:`guarded`, the limit checks and the no-fork fallbacks;
 - ``_outcome``: :class:`Outcome`, :class:`Status`, :class:`Mechanism`, :class:`Containment`,
-  stack-dump frames;
-- ``_fork``: the caller's side of one forked call (wait, deadline, stack dump, kill, decode);
+  building an outcome, stack-dump frames;
+- ``_fork``: the caller's side of one forked call (wait, deadline, stack dump, kill);
 - ``_child``: what runs in a guarded process (stdio, stack dump, memory limit, the call);
 - ``_wire``: every frame and message that crosses a pipe or socket, both ends;
+- ``_decode``: the security boundary: every decode of what a guarded process sent;
 - ``_proctree``: finding, killing and reaping a process's descendants through ``/proc``;
 - ``_contain``: a PID namespace around the guarded process, so nothing outlives the call;
 - ``_spec``: importing a callable from ``pkg.mod:attr`` or ``path/file.py:attr``;

@@ -1,4 +1,5 @@
-"""The typed result of one guarded call, and the evidence its status is decided from."""
+"""The typed result of one guarded call, how it is built, and the evidence its status is decided
+from (stack dumps; the rest is read by ``_decode``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class Status(enum.StrEnum):
@@ -274,6 +275,8 @@ class Outcome:
     mechanism: Mechanism = Mechanism.FORK
     #: What kept the call's descendants from outliving it.
     containment: Containment = Containment.NONE
+    #: Bytes of output past the bound, read and thrown away (``output`` ends by saying so).
+    output_dropped: int = 0
 
     @property
     def ok(self) -> bool:
@@ -354,6 +357,7 @@ class _Unfrozen:
     budget: float | None
     mechanism: Mechanism
     containment: Containment
+    output_dropped: int
 
 
 _new = object.__new__
@@ -372,7 +376,7 @@ def ok_outcome(
 
     What a pool answers for each quick item, so it is built at the speed of plain attribute
     stores: the frozen dataclass's ``__init__`` goes through ``object.__setattr__`` for each of
-    its 15 fields (4 µs, as long as the caller's whole share of a fast item should be). Its
+    its 16 fields (4 µs, as long as the caller's whole share of a fast item should be). Its
     slots are filled on a twin class of the same layout, which then becomes an Outcome by
     ``__class__`` assignment (Python allows it between classes whose slots are the same): the
     same object either way, which a test holds field by field, in equality, hash, repr and
@@ -394,6 +398,48 @@ def ok_outcome(
     outcome.budget = budget
     outcome.mechanism = mechanism
     outcome.containment = containment
+    outcome.output_dropped = 0
     outcome.__class__ = Outcome
     made: Outcome = outcome
     return made
+
+
+# --- the outcome of a forked call, from what the caller read of it ---------------------------
+
+
+class Answer(NamedTuple):
+    """What a call's process answered, as ``_decode`` read it: the outcome's own fields."""
+
+    status: Status
+    value: Any = None
+    error: str | None = None
+    exception: BaseException | None = None
+
+
+def common_fields(
+    wall: float,
+    cpu: float,
+    rss_kib: float,
+    output: str,
+    output_dropped: int,
+    budget: float | None,
+    containment: Containment,
+) -> dict[str, Any]:
+    """The fields every forked call's :class:`Outcome` has, whatever its status."""
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "max_rss_mb": rss_kib / 1024,
+        "output": output,
+        "output_dropped": output_dropped,
+        "budget": budget,
+        "mechanism": Mechanism.FORK,
+        "containment": containment,
+    }
+
+
+def answered(answer: Answer, leaked: int, common: dict[str, Any]) -> Outcome:
+    """The :class:`Outcome` of a call whose process answered; ``common`` from
+    :func:`common_fields`."""
+    status, value, error, exception = answer
+    return Outcome(status, value=value, error=error, exception=exception, leaked=leaked, **common)
