@@ -24,7 +24,6 @@ from typing import Any
 # Absolute imports throughout the adapters: verl loads a custom reward file as a standalone
 # module ("custom_module_<hash>"), where relative imports fail.
 from pytest_rewardhang.guard import Outcome, Pool, PoolError, Status, run
-from pytest_rewardhang.guard._outcome import NOT_SHIPPED
 from pytest_rewardhang.guard._pool import _warmup
 from pytest_rewardhang.guard._run import _reraisable
 from pytest_rewardhang.guard._spec import SpecError, load_callable
@@ -239,8 +238,7 @@ def default_for(scorer: Scorer, default: Any) -> Any:
 
 
 def _unshippable(out: Outcome) -> bool:
-    error = out.error or ""
-    return out.status is Status.ERROR and any(text in error for text in NOT_SHIPPED)
+    return out.not_started is not None
 
 
 def value_or_default(

@@ -11,7 +11,7 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 
 - ``_run``: :func:`run`, :func:`guarded`, the limit checks and the no-fork fallbacks;
 - ``_outcome``: :class:`Outcome`, :class:`Status`, :class:`Mechanism`, :class:`Containment`,
-  building an outcome, stack-dump frames;
+  :class:`NotStarted`, building an outcome, stack-dump frames;
 - ``_fork``: the caller's side of one forked call (wait, deadline, stack dump, kill);
 - ``_child``: what runs in a guarded process (stdio, stack dump, memory limit, the call);
 - ``_wire``: every frame and message that crosses a pipe or socket, both ends;
@@ -24,7 +24,7 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 """
 
 from ._launch import PoolError
-from ._outcome import Containment, Mechanism, Outcome, Status
+from ._outcome import Containment, Mechanism, NotStarted, Outcome, Status
 from ._pool import Pool
 from ._run import CallFailed, guarded, run
 from ._wire import OUTPUT_LIMIT
@@ -34,6 +34,7 @@ __all__ = [
     "CallFailed",
     "Containment",
     "Mechanism",
+    "NotStarted",
     "Outcome",
     "Pool",
     "PoolError",

@@ -35,10 +35,11 @@ import struct
 import sys
 from typing import Any
 
-from ._outcome import Answer, Status
+from ._outcome import Answer, NotStarted, Status
 from ._wire import DUMP_SIGNAL, HEADER, MAGIC
 
 _OK_VALUE = Status.OK.value
+_ERROR_VALUE = Status.ERROR.value
 
 # --- unpickling: plain data, in linear time ----------------------------------------------------
 
@@ -305,8 +306,10 @@ def _answer(status: Any, value: Any, error: Any, exception: Any, objects: bool) 
 
     The exception comes back as an object only when rebuilding it runs no code the call chose
     (a builtin exception class holding plain data), or when the caller passed ``objects=True``;
-    otherwise ``exception`` is None and ``error`` still holds its text and traceback. The frame
-    is the call's to forge: a malformed one is an ERROR, never an exception in the caller.
+    otherwise ``exception`` is None and ``error`` still holds its text and traceback. An ERROR's
+    value is None, or the :class:`NotStarted` reason why the call never ran (as the worker says
+    of items it could not unpickle). The frame is the call's to forge: a malformed one is an
+    ERROR, never an exception in the caller.
     """
     if (
         not (isinstance(status, str) and status in _STATUSES)
@@ -315,6 +318,9 @@ def _answer(status: Any, value: Any, error: Any, exception: Any, objects: bool) 
     ):
         text = f"ValueError: the call's process sent a malformed result frame (status {status!r})"
         return Answer(Status.ERROR, error=text)
+    not_started = None
+    if status == _ERROR_VALUE and type(value) is str and value in _NOT_STARTED:
+        not_started, value = NotStarted(value), None
     raised: BaseException | None = None
     if exception is not None:
         try:
@@ -323,10 +329,11 @@ def _answer(status: Any, value: Any, error: Any, exception: Any, objects: bool) 
             raised = None
         if not isinstance(raised, BaseException):
             raised = None
-    return Answer(Status(status), value, error, raised)
+    return Answer(Status(status), value, error, raised, not_started)
 
 
 _STATUSES = frozenset(s.value for s in Status)
+_NOT_STARTED = frozenset(n.value for n in NotStarted)
 
 
 # --- what else the process left: its output, its stack dump, how it ended ----------------------

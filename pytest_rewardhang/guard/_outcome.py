@@ -51,11 +51,21 @@ class Containment(enum.StrEnum):
     NONE = "none"
 
 
-#: What an item's error says when its arguments never reached the scorer: they would not pickle
-#: in the caller, or not unpickle in the worker. The adapters score such a sample the default.
+class NotStarted(enum.StrEnum):
+    """Why an item never reached its scorer (an ERROR's :attr:`Outcome.not_started`).
+
+    The adapters score such a sample the default instead of raising: the scorer never saw it.
+    """
+
+    #: Its arguments would not pickle in the caller (a lock, a lambda, an open file).
+    UNPICKLABLE = "unpicklable"
+    #: They would not unpickle in the worker (a class the worker cannot import).
+    UNREADABLE = "unreadable"
+
+
+#: What an item's error says for each :class:`NotStarted`, for people (callers read the field).
 UNPICKLABLE_ITEM = "the item could not be pickled"
 UNREADABLE_ITEMS = "the items could not be unpickled in the worker"
-NOT_SHIPPED = (UNPICKLABLE_ITEM, UNREADABLE_ITEMS)
 #: The standard library's folders; ``site-packages`` below them is not the standard library.
 _STDLIB_DIRS = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")})
 #: This package: the guard's and the check's frames are machinery around the call.
@@ -277,6 +287,8 @@ class Outcome:
     containment: Containment = Containment.NONE
     #: Bytes of output past the bound, read and thrown away (``output`` ends by saying so).
     output_dropped: int = 0
+    #: Why the item never reached its scorer; None when it did (or may have).
+    not_started: NotStarted | None = None
 
     @property
     def ok(self) -> bool:
@@ -358,6 +370,7 @@ class _Unfrozen:
     mechanism: Mechanism
     containment: Containment
     output_dropped: int
+    not_started: NotStarted | None
 
 
 _new = object.__new__
@@ -376,7 +389,7 @@ def ok_outcome(
 
     What a pool answers for each quick item, so it is built at the speed of plain attribute
     stores: the frozen dataclass's ``__init__`` goes through ``object.__setattr__`` for each of
-    its 16 fields (4 µs, as long as the caller's whole share of a fast item should be). Its
+    its 17 fields (4 µs, as long as the caller's whole share of a fast item should be). Its
     slots are filled on a twin class of the same layout, which then becomes an Outcome by
     ``__class__`` assignment (Python allows it between classes whose slots are the same): the
     same object either way, which a test holds field by field, in equality, hash, repr and
@@ -399,6 +412,7 @@ def ok_outcome(
     outcome.mechanism = mechanism
     outcome.containment = containment
     outcome.output_dropped = 0
+    outcome.not_started = None
     outcome.__class__ = Outcome
     made: Outcome = outcome
     return made
@@ -414,6 +428,7 @@ class Answer(NamedTuple):
     value: Any = None
     error: str | None = None
     exception: BaseException | None = None
+    not_started: NotStarted | None = None
 
 
 def common_fields(
@@ -441,5 +456,13 @@ def common_fields(
 def answered(answer: Answer, leaked: int, common: dict[str, Any]) -> Outcome:
     """The :class:`Outcome` of a call whose process answered; ``common`` from
     :func:`common_fields`."""
-    status, value, error, exception = answer
-    return Outcome(status, value=value, error=error, exception=exception, leaked=leaked, **common)
+    status, value, error, exception, not_started = answer
+    return Outcome(
+        status,
+        value=value,
+        error=error,
+        exception=exception,
+        not_started=not_started,
+        leaked=leaked,
+        **common,
+    )

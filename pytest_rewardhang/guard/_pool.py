@@ -49,6 +49,7 @@ from ._outcome import (
     UNPICKLABLE_ITEM,
     Answer,
     Mechanism,
+    NotStarted,
     Outcome,
     Status,
     answered,
@@ -794,7 +795,10 @@ class _Engine:
             pickle.dumps(self.items[index], protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - that item's outcome, not the batch's
             text = f"{type(exc).__name__}: {UNPICKLABLE_ITEM}: {exc}"
-            self._finish(index, Outcome(Status.ERROR, error=text, budget=self.budget))
+            unsent = Outcome(
+                Status.ERROR, error=text, budget=self.budget, not_started=NotStarted.UNPICKLABLE
+            )
+            self._finish(index, unsent)
             return False
         return True
 
