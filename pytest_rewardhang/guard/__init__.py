@@ -11,7 +11,7 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 
 - ``_run``: :func:`run`, :func:`guarded`, the limit checks and the no-fork fallbacks;
 - ``_outcome``: :class:`Outcome`, :class:`Status`, :class:`Mechanism`, :class:`Containment`,
-  :class:`NotStarted`, building an outcome, stack-dump frames;
+  :class:`NotStarted`, :class:`CallFailed`, building an outcome, stack-dump frames;
 - ``_fork``: the caller's side of one forked call (wait, deadline, stack dump, kill);
 - ``_child``: what runs in a guarded process (stdio, stack dump, memory limit, the call);
 - ``_wire``: every frame and message that crosses a pipe or socket, both ends;
@@ -24,9 +24,10 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 """
 
 from ._launch import PoolError
-from ._outcome import Containment, Mechanism, NotStarted, Outcome, Status
+from ._outcome import CallFailed, Containment, Mechanism, NotStarted, Outcome, Status
 from ._pool import Pool
-from ._run import CallFailed, guarded, run
+from ._run import guarded, run
+from ._spec import SpecError, load_callable
 from ._wire import OUTPUT_LIMIT
 
 __all__ = [
@@ -38,8 +39,10 @@ __all__ = [
     "Outcome",
     "Pool",
     "PoolError",
+    "SpecError",
     "Status",
     "guarded",
+    "load_callable",
     "run",
 ]
 

@@ -321,6 +321,23 @@ class Outcome:
         first = (self.error or "").splitlines()[0] if self.error else str(self.status)
         return f"{self.status}: {first}"
 
+    def to_exception(self) -> BaseException:
+        """What :func:`~pytest_rewardhang.guard.guarded` raises for this ERROR: the call's own
+        exception, the child's traceback added as a note, when it came back as an object (see
+        :func:`~pytest_rewardhang.guard.run`) and is an :class:`Exception`; else
+        :class:`CallFailed` holding the error text (never ``SystemExit`` or
+        ``KeyboardInterrupt``, which would stop or unwind the caller)."""
+        exc = self.exception
+        if exc is None or not isinstance(exc, Exception):
+            return CallFailed(self.error)
+        if self.error:
+            exc.add_note("Traceback in the guarded child:\n" + self.error.split("\n\n", 1)[-1])
+        return exc
+
+
+class CallFailed(Exception):
+    """A guarded call raised an exception that could not be brought back as itself."""
+
 
 def raised(exc: BaseException) -> tuple[Status, str]:
     """Status and error text of a call that raised ``exc``: its own lines, then its traceback.
