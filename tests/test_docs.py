@@ -184,6 +184,120 @@ def test_anchors_are_made_as_github_makes_them(tmp_path: Path) -> None:
     }
 
 
+# --- the architecture page and the guard's reference say what the code does --------------------
+
+
+def architecture_channels() -> dict[str, str]:
+    """docs/architecture.md's table of channels: ``"channel (from -> to)"`` -> what crosses."""
+    rows = {}
+    for line in (DOCS / "architecture.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 3 and "->" in cells[1] and cells[0] != "channel":
+            rows[f"{cells[0]} ({cells[1]})"] = cells[2]
+    return rows
+
+
+def channel(rows: dict[str, str], start: str) -> str:
+    found = [what for name, what in rows.items() if name.startswith(start)]
+    assert len(found) == 1, f"architecture.md: {len(found)} rows for {start!r} in {list(rows)}"
+    return found[0]
+
+
+def backticked(text: str, after: str, before: str) -> list[str]:
+    """The names in backticks in ``text`` between ``after`` and the next ``before``."""
+    assert after in text, after
+    return re.findall(r"`(\w+)`", text.split(after, 1)[1].split(before, 1)[0])
+
+
+def test_the_architecture_page_says_what_crosses_each_pipe_as_the_wire_does() -> None:
+    from pytest_rewardhang.guard import NotStarted, _wire
+
+    rows = architecture_channels()
+    run_result = channel(rows, "run's result pipe")
+    assert f"`{_wire.HEADER.format}` (the magic `{_wire.MAGIC.decode()}`" in run_result
+    assert f"{_wire.OUTPUT_LIMIT >> 10} KiB (`OUTPUT_LIMIT`)" in channel(rows, "output pipe")
+    assert f"{_wire.STACK_LIMIT >> 20} MiB kept" in channel(rows, "stack pipe")
+    task = channel(rows, "task pipe")
+    assert f"`{_wire.TASK.format}`" in task
+    assert f"one `{_wire._INDEX.format}` index per item" in task
+    result = channel(rows, "result pipe (worker")
+    assert f"`{_wire.RESULT.format}`" in result
+    fields = backticked(result, "(`ResultFields`) are ", "; then")
+    assert fields == list(_wire.ResultFields._fields)
+    assert f"value is `{NotStarted.UNREADABLE.value}`" in result
+    fence = channel(rows, "fence")
+    assert f"`{_wire.FENCE.format}`" in fence
+    assert f"`RETIRED` ({_wire.RETIRED})" in fence
+    to_zygote = channel(rows, "control socket (`AF_UNIX`")
+    assert f"its length (`{_wire.CONFIG_SIZE.format}`)" in to_zygote
+    assert f"at most {_wire.CONFIG_PIECE >> 10} KiB" in to_zygote
+    assert f"worker id (`{_wire.WID.format}`)" in to_zygote
+    assert backticked(to_zygote, "in this order: ", "; `") == list(_wire.PIPE_ROLES)
+    from_zygote = channel(rows, "control socket (zygote")
+    assert f"(`{_wire.SPAWNED.format}`)" in from_zygote
+    assert f"(`{_wire.EXITED.format}`)" in from_zygote
+    # Every message kind, each in the row of the way it goes, and none that does not exist.
+    said = {
+        "caller": set(re.findall(r"`(\w)`", to_zygote)),
+        "zygote": set(re.findall(r"`(\w)`", from_zygote)),
+    }
+    kinds = {
+        "caller": {_wire.MSG_FORK, _wire.MSG_KILL, _wire.MSG_QUIT},
+        "zygote": {
+            _wire.MSG_READY,
+            _wire.MSG_ERROR,
+            _wire.MSG_WARMUP_FAILED,
+            _wire.MSG_FORKED,
+            _wire.MSG_KILLED,
+            _wire.MSG_REAPED,
+        },
+    }
+    every = {value for name, value in vars(_wire).items() if name.startswith("MSG_")}
+    assert every == kinds["caller"] | kinds["zygote"], "a message kind is missing here"
+    assert said == {way: {kind.decode() for kind in sent} for way, sent in kinds.items()}
+
+
+def test_the_architecture_tour_names_every_module() -> None:
+    import pkgutil
+
+    import pytest_rewardhang
+
+    page = (DOCS / "architecture.md").read_text()
+    tour = page.split("## A tour of the package", 1)[1]
+    sections = re.split(r"^(?:Top level \(`pytest_rewardhang/`\)|`(\w+)/`):$", tour, flags=re.M)
+    # A package's __init__ is named where it holds more than a docstring.
+    named = {
+        folder or "": set(re.findall(r"^- `(\w+)`:", text, flags=re.M)) - {"__init__"}
+        for folder, text in zip(sections[1::2], sections[2::2], strict=True)
+    }
+    root = Path(pytest_rewardhang.__file__).parent
+    on_disk = {}
+    for folder in ("", *(info.name for info in pkgutil.iter_modules([str(root)]) if info.ispkg)):
+        modules = pkgutil.iter_modules([str(root / folder)])
+        on_disk[folder] = {info.name for info in modules if not info.ispkg}
+    assert named == on_disk
+
+
+def test_every_exception_the_guard_exports_is_in_the_reference() -> None:
+    import pytest_rewardhang
+    import pytest_rewardhang.guard as guard
+
+    exported = {
+        name
+        for name, value in vars(guard).items()
+        if name in guard.__all__ and isinstance(value, type) and issubclass(value, BaseException)
+    }
+    assert {"CallFailed", "PoolError", "SpecError"} <= exported
+    assert exported <= set(pytest_rewardhang.__all__)
+    reference = (DOCS / "reference.md").read_text()
+    section = reference.split("## The guard's exceptions", 1)[1].split("\n## ", 1)[0]
+    assert set(re.findall(r"^\| `(\w+)`", section, flags=re.M)) == exported
+    for reason in guard.NotStarted:
+        assert f"`NotStarted.{reason.name}`" in section
+    for name in [*re.findall(r"`Outcome\.(\w+)", section), "not_started", "output_dropped"]:
+        assert hasattr(guard.Outcome, name), name
+
+
 def test_relative_links_resolve() -> None:
     for page in PAGES:
         prose = re.sub(r"`[^`\n]*`", "", page.read_text())  # a regex in code is not a link

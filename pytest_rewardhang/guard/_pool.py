@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 from . import _proctree
 from ._contain import containment
+from ._decode import died, item_answer, output_text, stack_text
 from ._interrupts import hold, let_in, release
 from ._launch import (
     START_TIMEOUT_S,
@@ -44,7 +45,17 @@ from ._launch import (
     warn_if_large,
     worker_pipes,
 )
-from ._outcome import UNPICKLABLE_ITEM, Mechanism, Outcome, Status, ok_outcome
+from ._outcome import (
+    UNPICKLABLE_ITEM,
+    Answer,
+    Mechanism,
+    NotStarted,
+    Outcome,
+    Status,
+    answered,
+    common_fields,
+    ok_outcome,
+)
 from ._run import _check_limits
 from ._spec import SpecError, load_callable
 from ._wire import (
@@ -61,17 +72,12 @@ from ._wire import (
     SPAWNED,
     STACK_LIMIT,
     WID,
+    ResultFields,
     Warmup,
-    common_fields,
-    decode,
-    died,
     dump_lead,
-    outcome_from_frame,
-    output_text,
     read_bounded,
     result_frames,
     task_header,
-    unpickle_failed,
 )
 
 #: Roughly how much work one task frame carries: big enough to amortise the pipe round trip,
@@ -334,7 +340,7 @@ class _Engine:
         #: When, before an item's deadline, its stack is dumped: fixed per pool, read per poll.
         self.dump_lead = dump_lead(budget)
         self.memory_mb = memory_mb
-        #: Unpickle results that are not plain data: see _wire.decode.
+        #: Unpickle results that are not plain data: see _decode.decode.
         self.objects = False
         self.size = workers
         self.closed = False
@@ -789,7 +795,10 @@ class _Engine:
             pickle.dumps(self.items[index], protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - that item's outcome, not the batch's
             text = f"{type(exc).__name__}: {UNPICKLABLE_ITEM}: {exc}"
-            self._finish(index, Outcome(Status.ERROR, error=text, budget=self.budget))
+            unsent = Outcome(
+                Status.ERROR, error=text, budget=self.budget, not_started=NotStarted.UNPICKLABLE
+            )
+            self._finish(index, unsent)
             return False
         return True
 
@@ -1138,24 +1147,8 @@ class _Engine:
             worker.drained = None
         return drained
 
-    def _answered(
-        self, worker: _Worker, fields: tuple[Any, ...], buffer: bytearray, at: int
-    ) -> None:
-        (
-            _,
-            size,
-            output_size,
-            dropped,
-            index,
-            leaked,
-            wall,
-            cpu,
-            cpu_total,
-            end,
-            rss,
-            leaving,
-            number,
-        ) = fields
+    def _answered(self, worker: _Worker, fields: ResultFields, buffer: bytearray, at: int) -> None:
+        index = fields.item_index
         sent = worker.sent
         if not sent or sent[0][0] != index or sent[0][1] is None:
             # Not the item it is running: something in the call wrote on the result pipe.
@@ -1172,7 +1165,7 @@ class _Engine:
         drained = self._drained(worker)
         if worker.retries:
             worker.retries.discard(index)
-        if leaving:  # it retires now: nothing it holds will start
+        if fields.leaving:  # it retires now: nothing it holds will start
             self._take_back(worker, keep=0)
         elif index == worker.fenced:
             # It may have read the fence after this answer, and retired without a word.
@@ -1181,20 +1174,26 @@ class _Engine:
         # The worker's clock, but the call may have forged the frame: a time to come (or NaN)
         # would put the next item's deadline out of reach.
         now = time.monotonic()
+        end = fields.end
         worker.last_end = end if end <= now else now
-        worker.cpu_base = cpu_total
+        worker.cpu_base = fields.cpu_total
         if worker.dumped == index:  # the dump came just before it finished: drop it
             read_bounded(worker.fds["stack_r"], STACK_LIMIT)
             worker.dumped = None
         self.fruitless_deaths = 0
         mean = self.mean_item_s
+        wall = fields.wall
         self.mean_item_s = wall if mean is None else 0.8 * mean + 0.2 * wall
-        if not (size or output_size or dropped or leaked or drained):
+        size = fields.size
+        if not (size or fields.output_size or fields.dropped or fields.leaked or drained):
             # The common case, an OK float carried in the frame itself: a fast scorer's
             # whole answer comes to this one call (see ok_outcome).
-            outcome = ok_outcome(number, wall, cpu, rss / 1024, self.budget, _FORK, containment())
+            rss_mb = fields.rss_kib / 1024
+            outcome = ok_outcome(
+                fields.number, wall, fields.cpu, rss_mb, self.budget, _FORK, containment()
+            )
         elif size > _ASIDE_OVER and not self.objects:
-            data = bytes(buffer[at : at + output_size + size])
+            data = bytes(buffer[at : at + fields.output_size + size])
             self._decode_aside(index, fields, data, drained)
             return
         else:
@@ -1204,13 +1203,13 @@ class _Engine:
     def _decode_aside(
         self,
         index: int,
-        fields: tuple[Any, ...],
+        fields: ResultFields,
         data: bytes,
         drained: tuple[bytes, int] | None,
     ) -> None:
         """Decode a large answer on a thread of its own, and hand its outcome to the loop.
 
-        Plain data is checked opcode by opcode before it is built (_wire._check_keys), at about
+        Plain data is checked opcode by opcode before it is built (_decode._check_keys), at about
         half a second a megabyte: on the loop's thread, a 15 MB list put the other items'
         deadlines 6 s off. Beside it, the loop has the GIL back every switch interval.
         """
@@ -1230,25 +1229,27 @@ class _Engine:
 
     def _outcome(
         self,
-        fields: tuple[Any, ...],
+        fields: ResultFields,
         buffer: bytes | bytearray,
         at: int,
         drained: tuple[bytes, int] | None,
     ) -> Outcome:
         """The outcome of an answer that is not a bare OK float: see RESULT."""
-        _, size, output_size, dropped, _, leaked, wall, cpu, _, _, rss, _, number = fields
-        output = output_text(*_after(drained, bytes(buffer[at : at + output_size]), dropped))
-        common = common_fields(wall, cpu, rss, output, self.budget)
-        if not size:  # an OK float, with output or leftovers
-            return outcome_from_frame(_OK.value, number, None, None, leaked, common)
-        payload = buffer[at + output_size : at + output_size + size]
-        try:
-            status, value, error, exception = decode(payload, objects=self.objects)
-        except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the worker
-            return unpickle_failed(exc, leaked, common)
-        return outcome_from_frame(
-            status, value, error, exception, leaked, common, objects=self.objects
+        size, output_end = fields.size, at + fields.output_size
+        output, dropped = _after(drained, bytes(buffer[at:output_end]), fields.dropped)
+        common = common_fields(
+            fields.wall,
+            fields.cpu,
+            fields.rss_kib,
+            output_text(output, dropped),
+            dropped,
+            self.budget,
+            containment(),
         )
+        if not size:  # an OK float, with output or leftovers
+            return answered(Answer(_OK, fields.number), fields.leaked, common)
+        answer = item_answer(buffer[output_end : output_end + size], objects=self.objects)
+        return answered(answer, fields.leaked, common)
 
     def _on_death(self, worker: _Worker, status: int, cpu: float, rss: float, leaked: int) -> None:
         """Account for a dead worker's items: the running one ends, the rest go back."""
@@ -1277,12 +1278,18 @@ class _Engine:
                     ended = Status.CRASHED
                 stack = None
                 if ended is Status.TIMEOUT:
-                    dump, _ = read_bounded(worker.fds["stack_r"], STACK_LIMIT)
-                    stack = dump.decode("utf-8", "replace") or None
-                output = output_text(
-                    *_after(
-                        self._drained(worker), *read_bounded(worker.fds["output_r"], OUTPUT_LIMIT)
-                    )
+                    stack = stack_text(read_bounded(worker.fds["stack_r"], STACK_LIMIT)[0])
+                output, dropped = _after(
+                    self._drained(worker), *read_bounded(worker.fds["output_r"], OUTPUT_LIMIT)
+                )
+                common = common_fields(
+                    wall,
+                    cpu - worker.cpu_base,
+                    rss,
+                    output_text(output, dropped),
+                    dropped,
+                    self.budget,
+                    containment(),
                 )
                 self._finish(
                     index,
@@ -1293,7 +1300,7 @@ class _Engine:
                         signal=signum,
                         exit_code=exit_code,
                         leaked=leaked,
-                        **common_fields(wall, cpu - worker.cpu_base, rss, output, self.budget),
+                        **common,
                     ),
                 )
             else:
@@ -1509,6 +1516,13 @@ class Pool:
     @property
     def closed(self) -> bool:
         return self._engine.closing
+
+    @staticmethod
+    def check_warmup(warmup: object) -> tuple[Any, ...] | dict[str, Any] | None:
+        """``warmup`` as a pool takes it: a tuple, a dict of keyword arguments, or None; else
+        the one-line :class:`ValueError` that ``Pool(warmup=...)`` raises (also for one that
+        cannot be pickled)."""
+        return _warmup(warmup)
 
     def __enter__(self) -> Pool:
         return self

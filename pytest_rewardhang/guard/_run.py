@@ -76,10 +76,6 @@ def _check_limits(budget: object, memory_mb: object) -> None:
     _limits.mebibytes("memory_mb", memory_mb)
 
 
-class CallFailed(Exception):
-    """A guarded call raised an exception that could not be brought back as itself."""
-
-
 @overload
 def guarded(
     budget: float = 2.0, *, memory_mb: float | None = None, objects: bool = False
@@ -116,7 +112,7 @@ def guarded(
             if out.status is Status.OK:
                 return out.value
             if out.status is Status.ERROR:
-                raise _reraisable(out)
+                raise out.to_exception()
             log.warning("%s: %s; returned %r", fn.__qualname__, out.describe(), default)
             return default
 
@@ -142,15 +138,6 @@ def guarded(
         return wrapper
 
     return decorate
-
-
-def _reraisable(out: Outcome) -> BaseException:
-    exc: BaseException | None = out.exception
-    if exc is None or not isinstance(exc, Exception):  # never SystemExit, KeyboardInterrupt...
-        return CallFailed(out.error)
-    if out.error:
-        exc.add_note("Traceback in the guarded child:\n" + out.error.split("\n\n", 1)[-1])
-    return exc
 
 
 _warned: set[str] = set()

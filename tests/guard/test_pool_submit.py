@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import Outcome, Pool, PoolError, Status
+from pytest_rewardhang.guard import NotStarted, Outcome, Pool, PoolError, Status
 from tests.conftest import assert_dead, children
 
 BUDGET = 0.5
@@ -219,6 +219,7 @@ def test_unpicklable_arguments_and_results_are_error_outcomes() -> None:
         assert outcome.status is Status.ERROR
         assert outcome.error is not None
         assert "could not be pickled" in outcome.error
+        assert outcome.not_started is NotStarted.UNPICKLABLE
         assert lock.result(timeout=LONG).status is Status.ERROR
         assert good.result(timeout=LONG).value == 21
         # every item of a map unpicklable: each an ERROR, and map returns

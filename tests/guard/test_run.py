@@ -250,6 +250,7 @@ def test_output_flood_is_discarded_not_buffered() -> None:
     dropped = re.search(r"\.\.\. (\d+) more bytes of output discarded", out.output)
     assert dropped is not None
     assert int(dropped[1]) > 100 * 1024 * 1024
+    assert out.output_dropped == int(dropped[1])  # the same count, as a field
 
 
 # --- memory --------------------------------------------------------------------------------

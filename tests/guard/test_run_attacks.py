@@ -24,7 +24,8 @@ import pytest
 
 import pytest_rewardhang
 from pytest_rewardhang.guard import CallFailed, Pool, Status, guarded, run
-from pytest_rewardhang.guard._wire import DUMP_SIGNAL, decode
+from pytest_rewardhang.guard._decode import decode
+from pytest_rewardhang.guard._wire import DUMP_SIGNAL
 from tests.conftest import kill_everything_below, pipes, sigint_storm, state
 
 #: Where the package under test is imported from, for the subprocesses.
