@@ -15,7 +15,11 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 - ``_fork``: the caller's side of one forked call (wait, deadline, stack dump, kill, decode);
 - ``_child``: what runs in a guarded process (stdio, stack dump, memory limit, the call);
 - ``_wire``: every frame and message that crosses a pipe or socket, both ends;
-- ``_proctree``: finding, killing and reaping a process's descendants through ``/proc``;
+- ``_procfs``: reading ``/proc`` (stat, status, children, the walk of a process's descendants);
+- ``_libc``: ``prctl`` (subreaper, death signal) and the PID namespace calls, through libc;
+- ``_treekill``: the subreaper's kill of a child's tree, stopped first; ``_walkkill``: the
+  kill that walks a tree that cannot fork; ``_reap``: reaping, and the sweep of the unreaped;
+  ``_backoff``: the pauses of the poll loops;
 - ``_contain``: a PID namespace around the guarded process, so nothing outlives the call;
 - ``_spec``: importing a callable from ``pkg.mod:attr`` or ``path/file.py:attr``;
 - ``_pool``: :class:`Pool`, per-item deadlines, deaths and respawns; ``_launch``: how its

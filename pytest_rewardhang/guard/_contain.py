@@ -29,7 +29,7 @@ import os
 import select
 import signal
 
-from . import _cgroup, _proctree
+from . import _cgroup, _libc, _reap, _walkkill
 from ._outcome import Containment
 
 _containment: list[Containment] = []
@@ -40,11 +40,11 @@ def containment() -> Containment:
     asked for (opt-in), else a cgroup where one can be made (:mod:`._cgroup`), else the
     subreaper."""
     if not _containment:
-        if _proctree.pid_namespaces():
+        if _libc.pid_namespaces():
             _containment.append(Containment.PID_NAMESPACE)
         elif _cgroup.home():
             _containment.append(Containment.CGROUP)
-        elif _proctree.can_subreap():
+        elif _libc.can_subreap():
             _containment.append(Containment.SUBREAPER)
         else:
             _containment.append(Containment.NONE)
@@ -62,7 +62,7 @@ class Namespace:
     def restore(self) -> None:
         """This thread's next children join our own namespace again."""
         own, self.own = self.own, -1
-        if own >= 0 and not _proctree.back_to_pid_namespace(own):  # pragma: no cover
+        if own >= 0 and not _libc.back_to_pid_namespace(own):  # pragma: no cover
             # Never seen: setns back to one's own namespace needs what unshare needed. Every
             # later fork of this thread would fail (ENOMEM) once the init is gone.
             raise OSError("could not return to our own PID namespace after a guarded fork")
@@ -77,14 +77,14 @@ class Namespace:
         """Kill what is left running in the namespace below the init; how many there were."""
         if not self.init:
             return 0
-        return _proctree.kill_descendants(self.init)
+        return _walkkill.kill_descendants(self.init)
 
     def close(self) -> int:
         """Kill everything in the namespace; how many were left running (the init aside).
 
         The processes of the namespace that are our own children (the guarded process) must be
         reaped first: the init's exit waits until nothing of its namespace is left, zombies
-        included. Bounded: the init is reaped within :data:`_proctree.REAP_WAIT_S` or left to
+        included. Bounded: the init is reaped within :data:`_reap.REAP_WAIT_S` or left to
         the next sweep of unreaped children.
         """
         init = self.init
@@ -94,7 +94,7 @@ class Namespace:
         self.init = 0
         with contextlib.suppress(ProcessLookupError):
             os.kill(init, signal.SIGKILL)
-        _proctree.reap_within(init, None, _proctree.REAP_WAIT_S)
+        _reap.reap_within(init, None, _reap.REAP_WAIT_S)
         return leaked
 
 
@@ -104,10 +104,10 @@ def start(watch: int | None = None) -> Namespace | None:
     ``watch``: a pidfd whose process's death ends the namespace too (a pool's caller); the
     process that calls this is always watched. None where namespaces are unavailable.
     """
-    if not _proctree.pid_namespaces():
+    if not _libc.pid_namespaces():
         return None
-    own = _proctree.open_pid_namespace()
-    if not _proctree.new_pid_namespace():
+    own = _libc.open_pid_namespace()
+    if not _libc.new_pid_namespace():
         os.close(own)
         return None
     ours = Namespace(own, 0)
@@ -133,7 +133,7 @@ def start(watch: int | None = None) -> Namespace | None:
 def _init(watch: list[int]) -> None:  # pragma: no cover - runs only as a namespace's init
     """Wait, doing nothing, until a watched process dies or the guard kills us; then exit."""
     try:
-        _proctree.die_with_parent()
+        _libc.die_with_parent()
         # Auto-reap orphans; and no Ctrl-C (the only signal with a handler): the rest, sent
         # from inside the namespace, an init ignores.
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)

@@ -5,7 +5,7 @@ child's pidfd and on three pipes (result, output, stack) with the time left as t
 it wakes exactly at the deadline, drains a large result while the child writes it, and works
 from any thread and from many threads at once. The child's side is :mod:`._child`.
 
-Every wait is bounded (see :func:`._proctree.kill_tree` for the kill), and a
+Every wait is bounded (see :func:`._treekill.kill_tree` for the kill), and a
 ``KeyboardInterrupt`` may strike anywhere (a 1 kHz SIGINT storm does): the call's state lives
 on a :class:`_Call`, each resource is recorded by the same C call that creates it (so no
 interrupt can fall between the two), the two short sections that create and release them run
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
-from . import _cgroup, _contain, _proctree
+from . import _cgroup, _contain, _libc, _reap, _treekill
 from ._child import run_child
 from ._interrupts import MASKED, sigmask
 from ._outcome import Containment, Outcome, Status
@@ -95,7 +95,7 @@ def missing_features() -> tuple[str, ...]:
             "/proc/PID/task/TID/children: descendants the call leaves running are not found "
             "(only its process group is killed)"
         )
-    if not _proctree.can_subreap():
+    if not _libc.can_subreap():
         missing.append(
             "PR_SET_CHILD_SUBREAPER (Linux): orphaned descendants of the call are not found "
             "(only its process group is killed)"
@@ -117,9 +117,9 @@ def run_forked(
     memory_mb: float | None,
     objects: bool = False,
 ) -> Outcome:
-    _proctree.prepare()
+    _libc.prepare()
     missing_features()
-    _proctree.sweep_unreaped()
+    _reap.sweep_unreaped()
     call = _Call(budget, objects)
     try:
         call.start(fn, args, kwargs, memory_mb)
@@ -227,9 +227,9 @@ class _Call:
     def _release(self) -> None:
         if self.forked and self.forked[0] > 0 and not self.reaped:
             # Interrupted, or an error in the caller: leave nothing running.
-            self.reaped.append(self._kill_and_reap(_proctree.REAP_WAIT_S))
+            self.reaped.append(self._kill_and_reap(_reap.REAP_WAIT_S))
         if self.group is not None:
-            self.group.close(time.monotonic() + _proctree.REAP_WAIT_S)
+            self.group.close(time.monotonic() + _reap.REAP_WAIT_S)
         if self.namespace is not None:  # after the child's reaping: the init's exit awaits it
             self.namespace.close()
         for i, (read, write) in enumerate(self.pipes):
@@ -254,11 +254,11 @@ class _Call:
         """
         pid = self.forked[0]
         if self.group is None:
-            return _proctree.kill_and_reap(pid, self._pidfd(), timeout)
+            return _treekill.kill_and_reap(pid, self._pidfd(), timeout)
         leaked = self.group.stop(spare=pid)
         # By its pidfd, not through the group: a call may have moved it out of it.
-        _proctree.signal_child(pid, self._pidfd(), signal.SIGKILL)
-        reaped = _proctree.reap_within(pid, self._pidfd(), timeout)
+        _treekill.signal_child(pid, self._pidfd(), signal.SIGKILL)
+        reaped = _reap.reap_within(pid, self._pidfd(), timeout)
         self.group.strike()
         return (leaked, *reaped)
 
@@ -279,9 +279,9 @@ class _Call:
         finally:
             try:
                 if exited:
-                    settle = _proctree.REAP_WAIT_S
+                    settle = _reap.REAP_WAIT_S
                     until = time.monotonic() + settle
-                    reaped = (0, *_proctree.reap_within(pid, self._pidfd(), settle))
+                    reaped = (0, *_reap.reap_within(pid, self._pidfd(), settle))
                 else:
                     # What it takes the kernel to tear the child and its descendants down is
                     # awaited up to _SETTLED_S past the deadline, so none is left exiting.

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import _cgroup, _contain, _proctree
+from . import _cgroup, _contain, _treekill
 from ._interrupts import let_in
 from ._spec import SpecError, is_file_target, split_spec
 from ._wire import (
@@ -368,7 +368,7 @@ class Zygote:
         until = time.monotonic() + _REAP_S
         if self.group is not None:
             self.group.kill(spare=self.pid)
-        _proctree.kill_and_reap(self.pid, self.pidfd if self.pidfd >= 0 else None, _REAP_S)
+        _treekill.kill_and_reap(self.pid, self.pidfd if self.pidfd >= 0 else None, _REAP_S)
         if self.group is not None:
             self.group.close(until)
 

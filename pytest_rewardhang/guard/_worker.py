@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _cgroup, _proctree
+from . import _cgroup, _procfs, _reap, _walkkill
 from ._child import call, setup_child
 from ._outcome import UNREADABLE_ITEMS, Status
 from ._wire import (
@@ -284,7 +284,7 @@ class _State:  # pragma: no cover - worker only
         try:
             if [_identity(fd) for fd in (1, 2)] != self.stdio:
                 return False
-            threads = _proctree.own_threads(1, _THREAD_EXIT_S)
+            threads = _procfs.own_threads(1, _THREAD_EXIT_S)
             opened = {int(fd) for fd in os.listdir("/proc/self/fd")}
         except (OSError, ValueError, IndexError):
             return False
@@ -344,7 +344,7 @@ class _Serve:  # pragma: no cover - worker only
         self.children_fd = -1
         if subreaper:
             try:
-                pid = _proctree.own_pid()  # as /proc names it: we may be in a PID namespace
+                pid = _procfs.own_pid()  # as /proc names it: we may be in a PID namespace
                 self.children_fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY)
             except OSError:
                 self.children_fd = -1
@@ -468,5 +468,5 @@ class _Serve:  # pragma: no cover - worker only
         # unless another thread forked one; then the full walk is needed.
         leaked = 0
         if not (alone and self.children_fd >= 0 and not os.pread(self.children_fd, 64, 0).strip()):
-            leaked = _proctree.kill_descendants(os.getpid()) + _proctree.reap_children()
+            leaked = _walkkill.kill_descendants(os.getpid()) + _reap.reap_children()
         return leaked + (_cgroup.kill_strays() if escapable else 0)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from . import _cgroup, _contain, _proctree
+from . import _cgroup, _contain, _libc, _procfs, _reap, _treekill
 from ._child import call, null_stdin
 from ._outcome import Status
 from ._spec import SpecError, load_callable
@@ -85,7 +85,7 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
     _contain.prepare()  # before we adopt orphans
     # Orphans of a crashed worker come to us, to be killed. No death signal: the caller's pidfd
     # says when to go, and we take the workers with us.
-    _proctree.become_subreaper(None)
+    _libc.become_subreaper(None)
     # Everything imported so far is shared with every worker: keep the cyclic collector from
     # writing to it, which would copy each page into each worker on its first collection.
     gc.freeze()
@@ -122,7 +122,7 @@ def serve_forked(
             os._exit(1)
         warm_up(sock, fn, warmup)
         _contain.prepare()  # before we adopt orphans
-        _proctree.become_subreaper(None)
+        _libc.become_subreaper(None)
         gc.freeze()
         sock.send(MSG_READY)
         _Zygote(sock, caller_pidfd, fn, memory_mb).loop()
@@ -142,12 +142,12 @@ def warm_up(
     """
     if warmup is None:
         return
-    threads = _proctree.own_threads()
+    threads = _procfs.own_threads()
     if isinstance(warmup, tuple):
         status, _, error, _ = call(fn, warmup, {})
     else:
         status, _, error, _ = call(fn, (), warmup)
-    left = None if threads is None else _proctree.own_threads(threads, _THREAD_EXIT_S)
+    left = None if threads is None else _procfs.own_threads(threads, _THREAD_EXIT_S)
     for which in ITIMERS:
         signal.setitimer(which, 0)  # an alarm it left would end the zygote later, not the call
     text = None
@@ -215,7 +215,7 @@ class _Zygote:  # pragma: no cover - zygote only
         # The workers and all they start live in one PID namespace where the platform allows
         # (probed once, here): it dies with the caller even if we are stopped, and nothing in
         # it can name us to stop or kill us. We stay outside, forking into it.
-        _proctree.prepare()
+        _libc.prepare()
         self.namespace = _contain.start(caller_pidfd)
         if self.namespace is not None:
             self.namespace.stay()
@@ -243,7 +243,7 @@ class _Zygote:  # pragma: no cover - zygote only
             if self.exiting or time.monotonic() - swept >= _SWEEP_MS / 1000:
                 # Orphans a worker killed between its items (its group's strays) come to us
                 # too, and nothing tells us when: looked for every second.
-                self.exiting = _proctree.reap_exited(self._spare())
+                self.exiting = _reap.reap_exited(self._spare())
                 swept = time.monotonic()
             for fd, _ in events:
                 if fd == self.caller_pidfd:
@@ -318,7 +318,7 @@ class _Zygote:  # pragma: no cover - zygote only
                     os.close(pidfd)
                 _cgroup.close_inherited()
                 os.setsid()
-                subreaper = _proctree.become_subreaper(parent)
+                subreaper = _libc.become_subreaper(parent)
                 serve(self.fn, dict(zip(PIPE_ROLES, fds, strict=True)), self.memory_mb, subreaper)
             finally:
                 os._exit(70)
@@ -338,16 +338,16 @@ class _Zygote:  # pragma: no cover - zygote only
             pid, pidfd = self.workers[wid]
             group = self.groups.get(wid)
             if group is None:
-                self.killed[wid] = _proctree.kill_tree(pid, pidfd)
+                self.killed[wid] = _treekill.kill_tree(pid, pidfd)
             else:  # one write kills it and all below it, escaped or not
                 self.killed[wid] = group.kill(spare=pid)
-                _proctree.signal_child(pid, pidfd, signal.SIGKILL)  # moved out of it, say
+                _treekill.signal_child(pid, pidfd, signal.SIGKILL)  # moved out of it, say
 
     def reap(self, wid: int, leaked: int) -> None:
         """Reap a dead worker and what it left running; tell the caller."""
         group = self.groups.pop(wid, None)
         pid = self._forget(wid)
-        status, usage = _proctree.reap(pid)
+        status, usage = _reap.reap(pid)
         cpu, rss = float("nan"), 0.0
         if usage is not None:
             cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
@@ -358,7 +358,7 @@ class _Zygote:  # pragma: no cover - zygote only
             # here. Its orphans re-parented to us are reaped once they have exited, not waited
             # for: fifty forks tearing down took 150 ms, and replacements waited behind it.
             leaked += group.close(time.monotonic())  # removed later if still exiting
-            self.exiting = _proctree.reap_exited(self._spare())
+            self.exiting = _reap.reap_exited(self._spare())
         with contextlib.suppress(OSError):
             self.sock.send(MSG_REAPED + EXITED.pack(wid, status, cpu, rss, leaked))
 
@@ -368,7 +368,7 @@ class _Zygote:  # pragma: no cover - zygote only
         leaked = 0
         if self.namespace is not None:
             leaked = self.namespace.orphans()
-        return leaked + _proctree.reap_children(spare=self._spare())
+        return leaked + _reap.reap_children(spare=self._spare())
 
     def _spare(self) -> set[int]:
         """Our children that are not strays: the workers, and a PID namespace's init."""
@@ -382,9 +382,9 @@ class _Zygote:  # pragma: no cover - zygote only
         for group in self.groups.values():  # first: nothing below any worker runs on meanwhile
             group.kill()
         for wid, (pid, pidfd) in list(self.workers.items()):
-            _proctree.kill_and_reap(pid, pidfd)
+            _treekill.kill_and_reap(pid, pidfd)
             self._forget(wid)
-        until = time.monotonic() + _proctree.REAP_WAIT_S
+        until = time.monotonic() + _reap.REAP_WAIT_S
         for group in self.groups.values():
             group.close(until)
         self.sweep()
