@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
-from . import _cgroup, _contain, _libc, _reap, _treekill
+from . import _cgroup, _contain, _libc, _reap
 from ._child import run_child
 from ._interrupts import MASKED, sigmask
 from ._outcome import Containment, Outcome, Status
@@ -147,9 +147,8 @@ class _Call:
         self.closed: dict[str, None] = {}
         self.reaped: list[tuple[int, int, resource.struct_rusage | None]] = []
         #: Where the platform allows, the child joins a cgroup of its own, or (opt-in) is
-        #: forked into a PID namespace of its own.
-        self.group: _cgroup.Group | None = None
-        self.namespace: _contain.Namespace | None = None
+        #: forked into a PID namespace of its own; else the subreaper's.
+        self.cage = _contain.Cage(Containment.NONE)
         self.parent_pid = os.getpid()
         self.start_time = 0.0
         self.result = bytearray()
@@ -180,20 +179,17 @@ class _Call:
                 _keep(self.mask, sigmask, signal.SIG_BLOCK, MASKED)
             for _ in range(3):
                 _keep(self.pipes, os.pipe2, os.O_CLOEXEC)
-            self.group = _contain.group()
-            self.namespace = _contain.start()
+            self.cage = _contain.strategy().call()
             self.start_time = time.perf_counter()
             try:
                 _keep(self.forked, os.fork)
             finally:
-                if self.namespace is not None and self.forked[:1] != [0]:
-                    self.namespace.restore()
+                if self.forked[:1] != [0]:
+                    self.cage.forked()
             if self.forked[0] == 0:  # pragma: no cover - the child; reports through the pipes
-                if self.group is not None and not _cgroup.join(self.group.procs):
+                if not self.cage.enter():
                     os._exit(70)  # reported as a crash: never a call left uncontained
                 _cgroup.close_inherited()
-                if self.namespace is not None:
-                    self.namespace.stay()
                 self._unblock()
                 (result_r, result_w), (output_r, output_w), (stack_r, stack_w) = self.pipes
                 os.close(result_r)
@@ -228,10 +224,7 @@ class _Call:
         if self.forked and self.forked[0] > 0 and not self.reaped:
             # Interrupted, or an error in the caller: leave nothing running.
             self.reaped.append(self._kill_and_reap(_reap.REAP_WAIT_S))
-        if self.group is not None:
-            self.group.close(time.monotonic() + _reap.REAP_WAIT_S)
-        if self.namespace is not None:  # after the child's reaping: the init's exit awaits it
-            self.namespace.close()
+        self.cage.close(time.monotonic() + _reap.REAP_WAIT_S)
         for i, (read, write) in enumerate(self.pipes):
             _close_once(self.closed, f"r{i}", read)
             _close_once(self.closed, f"w{i}", write)
@@ -244,23 +237,9 @@ class _Call:
         return self.pidfds[0] if self.pidfds else None
 
     def _kill_and_reap(self, timeout: float) -> tuple[int, int, resource.struct_rusage | None]:
-        """Kill the child and all below it, and reap it within ``timeout``: where it has a
-        cgroup, the group is frozen, the child killed and reaped, then the rest killed in one
-        write (their emptying :meth:`_cgroup.Group.close` awaits); else by a walk.
-
-        The child goes first, the rest held frozen meanwhile: a hundred forks of a large
-        caller tearing down beside it, sharing its memory, held its own teardown up past the
-        deadline's bound on a busy machine, and it would be left unreaped.
-        """
-        pid = self.forked[0]
-        if self.group is None:
-            return _treekill.kill_and_reap(pid, self._pidfd(), timeout)
-        leaked = self.group.stop(spare=pid)
-        # By its pidfd, not through the group: a call may have moved it out of it.
-        _treekill.signal_child(pid, self._pidfd(), signal.SIGKILL)
-        reaped = _reap.reap_within(pid, self._pidfd(), timeout)
-        self.group.strike()
-        return (leaked, *reaped)
+        """Kill the child and all below it, and reap it within ``timeout``: the child first,
+        the rest held still meanwhile (see :meth:`._contain.Cage.kill_and_reap`)."""
+        return self.cage.kill_and_reap(self.forked[0], self._pidfd(), timeout)
 
     def wait(self) -> Outcome:
         pid = self.forked[0]
@@ -293,10 +272,7 @@ class _Call:
                 self._unblock()
         leaked, wait_status, usage = self.reaped[0]
         # What escaped the child's subtree: its orphans.
-        if self.group is not None:
-            leaked += self.group.close(until)
-        if self.namespace is not None:
-            leaked += self.namespace.close()
+        leaked += self.cage.close(until)
         self._drain()
         return self._outcome(wall, timed_out, dumped, wait_status, usage, leaked)
 
@@ -392,8 +368,7 @@ class _Call:
             output_text(bytes(self.output), self.output_dropped),
             self.budget,
         )
-        if self.group is None and common["containment"] is Containment.CGROUP:
-            common["containment"] = Containment.SUBREAPER  # its group could not be made
+        common["containment"] = self.cage.containment  # the subreaper's, where its group failed
         if not timed_out and frame_complete(self.result):
             return frame_outcome(self.result, leaked, common, objects=self.objects)
         status, signum, exit_code = died(wait_status, killed=timed_out, dumped=dumped)

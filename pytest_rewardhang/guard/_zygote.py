@@ -216,14 +216,13 @@ class _Zygote:  # pragma: no cover - zygote only
         # (probed once, here): it dies with the caller even if we are stopped, and nothing in
         # it can name us to stop or kill us. We stay outside, forking into it.
         _libc.prepare()
-        self.namespace = _contain.start(caller_pidfd)
-        if self.namespace is not None:
-            self.namespace.stay()
+        self.strategy = _contain.strategy()
+        self.namespace = self.strategy.workers(caller_pidfd)
         self.fn = fn
         self.memory_mb = memory_mb
         self.workers: dict[int, tuple[int, int]] = {}
-        #: Each worker's cgroup, where cgroups contain the workers (see ._cgroup).
-        self.groups: dict[int, _cgroup.Group] = {}
+        #: Each worker's cage: its cgroup, where cgroups contain the workers (see ._contain).
+        self.cages: dict[int, _contain.Cage] = {}
         self.by_pidfd: dict[int, int] = {}
         #: Workers killed and not reaped yet, with how many descendants they had.
         self.killed: dict[int, int] = {}
@@ -243,7 +242,7 @@ class _Zygote:  # pragma: no cover - zygote only
             if self.exiting or time.monotonic() - swept >= _SWEEP_MS / 1000:
                 # Orphans a worker killed between its items (its group's strays) come to us
                 # too, and nothing tells us when: looked for every second.
-                self.exiting = _reap.reap_exited(self._spare())
+                self.reap_exited()
                 swept = time.monotonic()
             for fd, _ in events:
                 if fd == self.caller_pidfd:
@@ -288,10 +287,9 @@ class _Zygote:  # pragma: no cover - zygote only
         for wid in kills:
             with contextlib.suppress(OSError):
                 self.sock.send(MSG_KILLED + WID.pack(wid))
-            if wid in self.groups and wid not in self.killed:
-                self.groups[wid].freeze()
+            if wid in self.cages and wid not in self.killed and self.cages[wid].freeze():
                 frozen.append(wid)
-            else:  # no group to freeze: its kill stops the tree first thing anyway
+            else:  # nothing to freeze: its kill stops the tree first thing anyway
                 self.kill(wid)
         for n, (wid, fds) in enumerate(forks):
             # The later orders' pipes are open here already: not the business of this worker
@@ -304,11 +302,11 @@ class _Zygote:  # pragma: no cover - zygote only
     def fork(self, wid: int, fds: list[int], others: list[int]) -> None:
         """Fork worker ``wid`` on pipes ``fds``; ``others``: descriptors it must not hold."""
         parent = os.getpid()
-        group = _contain.group() if self.namespace is None else None
+        cage = self.strategy.worker()
         pid = os.fork()
         if pid == 0:
             try:
-                if group is not None and not group.join():
+                if not cage.enter():
                     os._exit(70)  # the caller sees a worker that died at once
                 os.close(self.sock.fileno())
                 os.close(self.caller_pidfd)
@@ -326,8 +324,7 @@ class _Zygote:  # pragma: no cover - zygote only
             os.close(fd)
         pidfd = os.pidfd_open(pid)
         self.workers[wid] = (pid, pidfd)
-        if group is not None:
-            self.groups[wid] = group
+        self.cages[wid] = cage
         self.by_pidfd[pidfd] = wid
         self.poller.register(pidfd, select.POLLIN)
         socket.send_fds(self.sock, [MSG_FORKED + SPAWNED.pack(wid, pid)], [pidfd])
@@ -336,60 +333,48 @@ class _Zygote:  # pragma: no cover - zygote only
         """Kill a worker's tree, if it is still there; it is reaped when its pidfd fires."""
         if wid in self.workers and wid not in self.killed:
             pid, pidfd = self.workers[wid]
-            group = self.groups.get(wid)
-            if group is None:
-                self.killed[wid] = _treekill.kill_tree(pid, pidfd)
-            else:  # one write kills it and all below it, escaped or not
-                self.killed[wid] = group.kill(spare=pid)
-                _treekill.signal_child(pid, pidfd, signal.SIGKILL)  # moved out of it, say
+            self.killed[wid] = self.cages[wid].kill(pid, pidfd)
 
     def reap(self, wid: int, leaked: int) -> None:
         """Reap a dead worker and what it left running; tell the caller."""
-        group = self.groups.pop(wid, None)
+        cage = self.cages.pop(wid)
         pid = self._forget(wid)
         status, usage = _reap.reap(pid)
         cpu, rss = float("nan"), 0.0
         if usage is not None:
             cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
-        if group is None:
-            leaked += self.sweep()
-        else:
-            # What it left running, escaped from its subtree or not, is killed and counted
-            # here. Its orphans re-parented to us are reaped once they have exited, not waited
-            # for: fifty forks tearing down took 150 ms, and replacements waited behind it.
-            leaked += group.close(time.monotonic())  # removed later if still exiting
-            self.exiting = _reap.reap_exited(self._spare())
+        leaked += cage.close_reaped(self)
         with contextlib.suppress(OSError):
             self.sock.send(MSG_REAPED + EXITED.pack(wid, status, cpu, rss, leaked))
 
     def sweep(self) -> int:
         """Kill what a dead worker left running; it was re-parented to us, the subreaper, or
         (in a PID namespace) to the namespace's init."""
-        leaked = 0
-        if self.namespace is not None:
-            leaked = self.namespace.orphans()
+        leaked = self.namespace.orphans()
         return leaked + _reap.reap_children(spare=self._spare())
+
+    def reap_exited(self) -> None:
+        """Reap the strays that have exited; count those still exiting, to look again soon."""
+        self.exiting = _reap.reap_exited(self._spare())
 
     def _spare(self) -> set[int]:
         """Our children that are not strays: the workers, and a PID namespace's init."""
         spare = {pid for pid, _ in self.workers.values()}
-        if self.namespace is not None:
-            spare.add(self.namespace.init)
+        spare.add(self.namespace.init)  # 0 where there is none: no child's pid
         return spare
 
     def shutdown(self) -> None:
         """Kill and reap every worker and all below them; the caller is gone or not listening."""
-        for group in self.groups.values():  # first: nothing below any worker runs on meanwhile
-            group.kill()
+        for cage in self.cages.values():  # first: nothing below any worker runs on meanwhile
+            cage.kill_others()
         for wid, (pid, pidfd) in list(self.workers.items()):
             _treekill.kill_and_reap(pid, pidfd)
             self._forget(wid)
         until = time.monotonic() + _reap.REAP_WAIT_S
-        for group in self.groups.values():
-            group.close(until)
+        for cage in self.cages.values():
+            cage.close(until)
         self.sweep()
-        if self.namespace is not None:
-            self.namespace.close()
+        self.namespace.close()
 
     def _forget(self, wid: int) -> int:
         """Stop watching a worker; its pid, to reap it by."""
