@@ -20,7 +20,8 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 - ``_treekill``: the subreaper's kill of a child's tree, stopped first; ``_walkkill``: the
   kill that walks a tree that cannot fork; ``_reap``: reaping, and the sweep of the unreaped;
   ``_backoff``: the pauses of the poll loops;
-- ``_contain``: a PID namespace around the guarded process, so nothing outlives the call;
+- ``_contain``: how guarded processes are contained, chosen once (a cgroup, a PID namespace or
+  the subreaper), and each one's cage; ``_pidns``: the PID namespace; ``_cgroup``: the cgroup;
 - ``_spec``: importing a callable from ``pkg.mod:attr`` or ``path/file.py:attr``;
 - ``_pool``: :class:`Pool`, per-item deadlines, deaths and respawns; ``_launch``: how its
   workers come to exist; ``_zygote`` and ``_worker``: the pool's two kinds of process.

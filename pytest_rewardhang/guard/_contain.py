@@ -113,6 +113,11 @@ class Cage:
         how many were left running. A second call does nothing."""
         return 0
 
+    def kill_strays(self) -> int:
+        """In the guarded process (a pool's worker between items): kill what its item left in
+        the cage outside its subtree (the ``prctl`` escape); how many. None is found here."""
+        return 0
+
     def close_reaped(self, strays: Strays) -> int:
         """Once a pool's worker is reaped: kill what it left running; how many. Its orphans
         came to the zygote alive: swept."""
@@ -164,6 +169,9 @@ class _GroupCage(Cage):
 
     def close(self, until: float) -> int:
         return self.group.close(until)
+
+    def kill_strays(self) -> int:
+        return _cgroup.kill_strays()
 
     def close_reaped(self, strays: Strays) -> int:
         """What it left running, escaped from its subtree or not, is killed and counted here.

@@ -317,7 +317,8 @@ class _Zygote:  # pragma: no cover - zygote only
                 _cgroup.close_inherited()
                 os.setsid()
                 subreaper = _libc.become_subreaper(parent)
-                serve(self.fn, dict(zip(PIPE_ROLES, fds, strict=True)), self.memory_mb, subreaper)
+                pipes = dict(zip(PIPE_ROLES, fds, strict=True))
+                serve(self.fn, pipes, self.memory_mb, subreaper, cage)
             finally:
                 os._exit(70)
         for fd in fds:
