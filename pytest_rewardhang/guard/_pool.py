@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import asyncio
 
-from . import _proctree
+from . import _libc, _procfs
 from ._contain import containment
 from ._decode import died, item_answer, output_text, stack_text
 from ._interrupts import hold, let_in, release
@@ -393,7 +393,7 @@ class _Engine:
         self._register(self.wake, "wake", None, select.POLLIN)
 
     def start(self, fn: Callable[..., Any] | str) -> None:
-        _proctree.prepare()
+        _libc.prepare()
         target = import_target(fn)
         if target is not None and sys.executable:
             try:
@@ -1005,7 +1005,7 @@ class _Engine:
 
     def _zygote_stopped(self) -> bool:
         assert self.zygote is not None
-        return _proctree.stopped(self.zygote.pid)
+        return _procfs.stopped(self.zygote.pid)
 
     def _replace_zygote(self, why: str) -> None:
         """Kill the zygote and everything below it, account for its workers' items, restart."""
