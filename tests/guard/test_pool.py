@@ -18,6 +18,7 @@ import pytest
 
 from pytest_rewardhang.guard import NotStarted, Outcome, Pool, Status
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL
+from tests._procs import orphan_grandchildren
 from tests.conftest import assert_dead, children, state
 from tests.guard.conftest import Launch
 
@@ -105,24 +106,6 @@ def python_loop(*_: Any) -> int:
     for i in range(10**12):
         total = (total + i * 7) % 1_000_003
     return total
-
-
-def orphan_grandchildren(count: int, pidfile: str) -> list[str]:
-    """Leave ``count`` setsid()'d grandchildren sleeping, re-parented to us; their pids go to
-    ``pidfile``."""
-    for _ in range(count):
-        child = os.fork()
-        if child == 0:
-            os.setsid()
-            if os.fork() == 0:
-                time.sleep(3600)
-            os._exit(0)
-        os.waitpid(child, 0)
-    time.sleep(0.05)
-    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
-        orphans = f.read().split()
-    Path(pidfile).write_text(" ".join(orphans))
-    return orphans
 
 
 def spawn_and_hang(pidfile: str, hang: bool) -> int:
