@@ -1,0 +1,737 @@
+"""The pool's loop: handing out work, per-item deadlines, kills, answers, deaths, respawns.
+
+One loop waits in ``poll()`` on the workers' result pipes (and the zygote's socket, and the
+driver's eventfd) with the earliest deadline as its timeout; whichever thread holds the turn
+runs it (see :mod:`._driver`). It installs no signal handler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import select
+import signal
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from . import _proctree
+from ._answers import after, answer_outcome, death_outcome, decode_aside
+from ._contain import containment
+from ._driver import CLOSED, Driver
+from ._handle import NEXT, Worker
+from ._interrupts import hold, let_in, release
+from ._launch import (
+    START_TIMEOUT_S,
+    PoolError,
+    Zygote,
+    import_target,
+    warn_if_large,
+    worker_pipes,
+)
+from ._ledger import Batch
+from ._outcome import Mechanism, ok_outcome
+from ._spec import SpecError, load_callable
+from ._wire import (
+    CHUNK,
+    DUMP_SIGNAL,
+    EXITED,
+    MSG_FORKED,
+    MSG_KILLED,
+    MSG_REAPED,
+    PIPE_ROLES,
+    RETIRED,
+    SPAWNED,
+    STACK_LIMIT,
+    WID,
+    Warmup,
+    dump_lead,
+    read_bounded,
+    result_frames,
+    task_header,
+)
+
+#: Roughly how much work one task frame carries: big enough to amortise the pipe round trip,
+#: small enough that the last items spread over all workers. What waits behind a hang does not
+#: wait for its deadline: an idle worker takes it back after _STEAL_AFTER_S. Each wake of the
+#: caller costs ~100 µs of its CPU (the loop, the sends, the sleep), taken from the workers on
+#: two cores: at 2 ms a batch that was half the caller's share of a 45 µs item.
+_BATCH_S = 0.01
+#: Longest the caller lets results gather while every worker has a batch queued.
+_GATHER_S = 0.005
+_FOREVER_S = 1e9
+_MAX_BATCH = 256
+#: An answer's pickle over this many bytes is decoded beside the loop, not in it: see
+#: _answers.decode_aside.
+_ASIDE_OVER = 256 * 1024
+#: poll()'s longest timeout, in ms (a C int); any budget works.
+_MAX_POLL_MS = 1 << 30
+#: How long the zygote may take to acknowledge a kill (it does so before killing), and to fork
+#: a worker: past these the caller takes it for stuck, kills it and everything below it itself,
+#: and starts another. A late acknowledgement is judged every ``_ACK_S``: a zygote stopped (an
+#: item sent it SIGSTOP) is replaced at once; one merely slow to be scheduled, on a busy
+#: machine, gets up to ``_BUSY_ACK_S``, so that load alone never costs innocent items.
+_ACK_S = 0.05
+_BUSY_ACK_S = 1.0
+_FORK_S = 10.0
+#: How long a killed worker may take to be reported reaped before its item is accounted for
+#: anyway (a process in uninterruptible sleep may take indefinitely).
+_REAPED_S = 2.0
+#: Zygotes replaced in a row, with no item answered in between, before the pool gives up.
+_MAX_REPLACED = 3
+#: When a worker has run dry while another's item has run this long (and ten times the mean
+#: item) with more items queued behind it, those items are taken back for the idle one: else
+#: a second hang waits a whole budget behind the first while a worker idles.
+_STEAL_AFTER_S = 0.05
+#: An item's output waits in its 1 MiB pipe for the worker, which reads it when the item ends;
+#: once an item has run this long, the caller reads it too, as it comes. Else C code or a
+#: subprocess writing more than the pipe holds to fd 1 (which must stay blocking for them)
+#: waited in write() until the deadline, and was reported a hang.
+_DRAIN_AFTER_S = 0.05
+
+_FORK = Mechanism.FORK
+
+#: Every engine alive in this process, for the descriptors a closure's zygote must not keep.
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+_ENGINES_LOCK = threading.Lock()
+
+
+class Engine(Driver):
+    """Everything the pool owns. Holds no reference to the :class:`Pool`, so GC can close it."""
+
+    def __init__(
+        self,
+        workers: int,
+        budget: float,
+        memory_mb: float | None,
+        max_pending: int,
+        warmup: Warmup = None,
+    ) -> None:
+        super().__init__(budget, max_pending)
+        self.budget = budget
+        #: Scored once in every zygote, before it forks a worker: see Pool.
+        self.warmup = warmup
+        #: When, before an item's deadline, its stack is dumped: fixed per pool, read per poll.
+        self.dump_lead = dump_lead(budget)
+        self.memory_mb = memory_mb
+        #: Unpickle results that are not plain data: see _wire.decode.
+        self.objects = False
+        self.size = workers
+        self.workers: dict[int, Worker] = {}
+        self.next_wid = 0
+        self.to_spawn = 0
+        self.fruitless_deaths = 0
+        self.mean_item_s: float | None = None
+        self.zygote: Zygote | None = None
+        self.fn: Callable[..., Any] | None = None
+        self.target: tuple[Any, ...] | None = None
+        self.replaced = 0
+        with _ENGINES_LOCK:
+            _ENGINES.add(self)
+
+    def start(self, fn: Callable[..., Any] | str) -> None:
+        _proctree.prepare()
+        target = import_target(fn)
+        if target is not None and sys.executable:
+            try:
+                self._start_zygote(target)
+            except SpecError:
+                if isinstance(fn, str):
+                    raise
+                # It imports here but not in a fresh interpreter (sys.path set up by a
+                # framework, say): serve the object we were given after all.
+                target = None
+        if target is None:
+            self.fn = load_callable(fn) if isinstance(fn, str) else fn
+            warn_if_large()
+            self._start_zygote(None)
+        self.target = target
+        for _ in range(self.size):
+            self._spawn()
+        self._wait_ready()
+
+    def _start_zygote(self, target: tuple[Any, ...] | None) -> None:
+        if target is not None:
+            self.zygote = Zygote.start(target, self.memory_mb, self.warmup)
+        else:
+            assert self.fn is not None
+            # Every pool's descriptors, not only this one's: an item of this pool could set
+            # another's caller-side pipes blocking (the flag is the caller's file's too), and
+            # that pool's loop would then wait in a read.
+            with _ENGINES_LOCK:
+                engines = list(_ENGINES)
+            inherited = [fd for engine in engines for fd in engine._descriptors()]
+            self.zygote = Zygote.fork(self.fn, self.memory_mb, self.warmup, inherited)
+        self.watched.register(self.zygote.sock.fileno(), "zygote", None, select.POLLIN)
+        self.watched.register(self.zygote.pidfd, "zygote", None, select.POLLIN)
+
+    def _descriptors(self) -> list[int]:
+        """The caller-side descriptors this pool holds now (read from other threads too)."""
+        found = [self.wake] if self.wake >= 0 else []
+        for worker in self.workers.copy().values():  # one C call: safe from another thread
+            found.extend(worker.fds.values())
+        zygote = self.zygote
+        if zygote is not None:
+            found += [zygote.sock.fileno(), zygote.pidfd]
+        return [fd for fd in found if fd >= 0]
+
+    # --- processes ---------------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        assert self.zygote is not None
+        wid = self.next_wid
+        self.next_wid += 1
+        theirs, ours = worker_pipes()
+        # Ours are the worker's from here, so close() closes them whatever interrupts us.
+        self.workers[wid] = worker = Worker(wid, ours)
+        try:
+            for role, fd in ours.items():
+                if role != "fence":
+                    os.set_blocking(fd, False)
+            self.watched.register(ours["result_r"], "result", worker, select.POLLIN)
+            # Not sent (the zygote is not reading): the fork's deadline replaces the zygote.
+            self.zygote.fork_worker(wid, [theirs[role] for role in PIPE_ROLES])
+        finally:
+            for fd in set(theirs.values()) - set(ours.values()):
+                os.close(fd)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not all(w.ready for w in self.workers.values()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PoolError(f"workers did not start within {START_TIMEOUT_S:g} s")
+            with let_in():
+                events = self.watched.poller.poll(min(math.ceil(left * 1000), _MAX_POLL_MS))
+            self._handle(events)
+            self._check_zygote(time.monotonic())
+            self._respawn()
+
+    def _respawn(self) -> None:
+        # Deferred out of event handling: a new worker's pipes may reuse the fd numbers of the
+        # dead one's, which later events of the same poll() would then be taken for.
+        while self.to_spawn and not self.closed:
+            self.to_spawn -= 1
+            self._spawn()
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def _drive(self, batch: Batch | None) -> None:
+        """The one loop: until ``batch`` is done, or (the driver thread's) until closed.
+
+        An interrupt lands only while it waits, when everything it made is recorded: see
+        ._interrupts.
+        """
+        held = hold()
+        try:
+            self._turns(batch)
+        finally:
+            release(held)
+
+    def _turns(self, batch: Batch | None) -> None:
+        while True:
+            if self.inbox:
+                self.take_inbox()
+            if self.closing:
+                self._shutdown(self.failure or CLOSED)
+                return
+            if batch is not None and not batch.left:
+                return
+            self._respawn()
+            gather = self._dispatch()
+            if batch is not None and not batch.left:
+                return  # the last items could not be pickled: nothing left to wait for
+            if gather > 0:
+                # Every worker has work queued past the current item: let results gather
+                # instead of waking for each one. Bounded by the next deadline, so no
+                # deadline is passed late.
+                timeout = self._poll_timeout()
+                with let_in():
+                    time.sleep(min(gather, _FOREVER_S if timeout is None else timeout / 1000))
+            timeout = self._poll_timeout()
+            if (
+                timeout is None
+                and (self.ledger.queue or self.ledger.retry)
+                and not any(w.sent for w in self.workers.values())
+            ):
+                timeout = 0  # what was handed out could not be pickled: hand out more
+            # Others wake the loop only while it waits in poll(): a syscall saved per item
+            # while it is busy. Set before the last look at the inbox, so none is missed.
+            self.idle = True
+            if self.inbox or self.closing:
+                timeout = 0
+            with let_in():
+                events = self.watched.poller.poll(timeout)
+            self.idle = False
+            self._handle(events)
+            self._check_deadlines()
+
+    def _dispatch(self) -> float:
+        """Hand out batches; how long results may gather before any worker runs dry."""
+        if not self.ledger.queue and not self.ledger.retry:
+            return 0.0
+        ready = [
+            w for w in self.workers.values() if w.ready and w.kill_for is None and not w.draining
+        ]
+        if not ready:
+            return 0.0
+        for worker in ready:
+            if self.ledger.retry and not worker.retries:
+                index = self.ledger.retry.popleft()
+                worker.retries.add(index)
+                self._send(worker, [index])
+        if not self.ledger.queue:
+            return 0.0
+        per_batch = 1  # until an item has been timed
+        if self.mean_item_s is not None and self.mean_item_s > 0:
+            per_batch = max(1, min(_MAX_BATCH, int(_BATCH_S / self.mean_item_s)))
+        # The last items spread over all workers instead of queueing behind one.
+        per_batch = max(1, min(per_batch, len(self.ledger.queue) // self.size))
+        # Up to two batches in flight (two items for slow ones), so a worker finds its next item
+        # waiting instead of idling for a round trip through the caller; what waits behind a
+        # hang goes back to the queue at the kill, its deadline not started. Not while a worker
+        # is starting, though: the first one up would take the items meant for the others.
+        in_flight = max(per_batch, 2) if len(ready) == self.size else per_batch
+        # The emptiest first: a worker that runs dry gets the next item before another
+        # queues it behind the one it runs (which may be a hang).
+        ready.sort(key=_sent_count)
+        for worker in ready:
+            if self.ledger.queue and len(worker.sent) < in_flight:
+                take = min(per_batch, len(self.ledger.queue))
+                batch = [self.ledger.queue.popleft() for _ in range(take)]
+                self._send(worker, batch)
+        if per_batch == 1 or len(ready) < self.size or any(w.unsent for w in ready):
+            return 0.0
+        assert self.mean_item_s is not None
+        queued = min(len(w.sent) for w in ready) - 1
+        return min(_GATHER_S, queued * self.mean_item_s / 2)
+
+    def _send(self, worker: Worker, batch: list[int]) -> None:
+        pickled = self.ledger.pickled(batch)
+        if pickled is not None:
+            batch, blob = pickled
+            worker.send(self.watched, batch, task_header(batch, len(blob)), blob)
+
+    def _poll_timeout(self) -> int | None:
+        earliest = math.inf
+        steal = self._idle()
+        for worker in self.workers.values():
+            if not worker.ready:
+                earliest = min(earliest, worker.requested + _FORK_S)
+                continue
+            owed = self._owed_since(worker)
+            if owed is not None:  # the next look: every _ACK_S (for a kill, until _BUSY_ACK_S)
+                looks = math.floor((time.monotonic() - owed) / _ACK_S) + 1
+                if worker.kill_for is not None:
+                    looks = min(looks, round(_BUSY_ACK_S / _ACK_S))
+                earliest = min(earliest, owed + looks * _ACK_S)
+                continue
+            if worker.kill_for is not None:
+                earliest = min(earliest, worker.kill_time + _REAPED_S)
+                continue
+            current = worker.current()
+            if current is None:
+                continue
+            index, start = current
+            due = start + self.budget
+            if worker.dumped != index:
+                due -= self.dump_lead
+            if steal and self._holds_back(worker):
+                due = min(due, start + self._steal_after())
+            if worker.drained is None:
+                due = min(due, start + _DRAIN_AFTER_S)
+            earliest = min(earliest, due)
+        if earliest == math.inf:
+            return None
+        return min(_MAX_POLL_MS, max(0, math.ceil((earliest - time.monotonic()) * 1000)))
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        if self._check_zygote(now):
+            return
+        for worker in list(self.workers.values()):
+            current = worker.current()
+            if current is None or worker.kill_for is not None:
+                continue
+            index, start = current
+            if worker.drained is None and now >= start + _DRAIN_AFTER_S:
+                self._drain(worker, current)
+                if (
+                    worker.current() != current
+                    or worker.wid not in self.workers
+                    or worker.kill_for is not None
+                ):
+                    continue
+            if now < start + self.budget - self.dump_lead:
+                continue
+            if now >= start + self.budget:
+                # Before looking for its answer: see FENCE. From here the worker either
+                # answered already (and we see it) or starts nothing after this item.
+                worker.fence(index)
+            self._read_results(worker)  # it may have answered since the poll returned
+            if worker.current() != current or worker.wid not in self.workers:
+                continue
+            if worker.dumped != index:
+                worker.dumped = index
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(worker.pidfd, DUMP_SIGNAL)
+            if now >= start + self.budget:
+                self._kill(worker, index, now)
+                # Fenced: what waits behind it never starts. It goes to the replacement now,
+                # not when the zygote reports this one's end, after the kernel tore it down.
+                self._take_back(worker, keep=1)
+        if self._idle():
+            self._steal(now)
+
+    def _steal_after(self) -> float:
+        return max(_STEAL_AFTER_S, 10 * (self.mean_item_s or 0.0))
+
+    def _idle(self) -> bool:
+        """Whether a worker has run dry with nothing left to hand it but what others hold."""
+        return (
+            not self.ledger.queue
+            and not self.ledger.retry
+            and any(
+                w.ready and w.kill_for is None and not w.draining and not w.sent
+                for w in self.workers.values()
+            )
+        )
+
+    @staticmethod
+    def _holds_back(worker: Worker) -> bool:
+        """Whether items wait in ``worker`` behind the one it runs, which could be taken back."""
+        return (
+            len(worker.sent) > 1
+            and worker.current() is not None
+            and worker.kill_for is None
+            and not worker.draining
+        )
+
+    def _steal(self, now: float) -> None:
+        """Take back the items queued behind a long item, for a worker that has run dry."""
+        after = self._steal_after()
+        for worker in list(self.workers.values()):
+            current = worker.current()
+            if current is None or not self._holds_back(worker) or now < current[1] + after:
+                continue
+            index = current[0]
+            # As at a deadline (see FENCE): fenced before we look for the answer, the worker
+            # either answered already or starts nothing after this item.
+            worker.fence(index)
+            self._read_results(worker)
+            if worker.current() != current or worker.wid not in self.workers:
+                continue  # it answered: what it does next, it may have started
+            self._take_back(worker, keep=1)
+            return
+
+    def _take_back(self, worker: Worker, keep: int) -> None:
+        """Give ``worker`` no more work; what it holds past its first ``keep`` items goes back."""
+        self.ledger.retry.extend(worker.take_back(self.watched, keep))
+
+    def _kill(self, worker: Worker, index: int, now: float) -> None:
+        assert self.zygote is not None
+        worker.kill_for = index
+        worker.kill_time = now
+        self.zygote.kill(worker.wid)
+        # Ask for the replacement now: the zygote forks it while the dead one is torn down.
+        self.to_spawn += 1
+
+    def _check_zygote(self, now: float) -> bool:
+        """Replace a zygote that does not answer in time; True if it was replaced.
+
+        A worker killed and reported killed but not reaped in time is accounted for anyway.
+        """
+        for worker in list(self.workers.values()):
+            owed = self._owed_since(worker)
+            if not worker.ready:
+                late = now >= worker.requested + _FORK_S
+            elif owed is not None:
+                waited = now - owed
+                # A worker's end is reported after its orphans are reaped, which a busy zygote
+                # may take long over: only a stopped one is replaced for that.
+                busy = worker.kill_for is not None and waited >= _BUSY_ACK_S
+                late = busy or (
+                    waited >= _ACK_S and self.zygote is not None and self._zygote_stopped()
+                )
+            elif worker.kill_for is not None:  # acknowledged
+                if now >= worker.kill_time + _REAPED_S:
+                    self._on_death(worker, -1, math.nan, 0.0, 0)
+                continue
+            else:
+                continue
+            if late:
+                self._replace_zygote("stopped answering")
+                return True
+        return False
+
+    @staticmethod
+    def _owed_since(worker: Worker) -> float | None:
+        """Since when the zygote owes word of ``worker``: of its kill, or of its end."""
+        if worker.kill_for is not None:
+            return None if worker.acked else worker.kill_time
+        # An item may stop the zygote and then end its worker: without this, the item waited
+        # for its deadline and was reported a timeout.
+        return worker.gone_at
+
+    def _zygote_stopped(self) -> bool:
+        assert self.zygote is not None
+        return _proctree.stopped(self.zygote.pid)
+
+    def _replace_zygote(self, why: str) -> None:
+        """Kill the zygote and everything below it, account for its workers' items, restart."""
+        old = self.zygote
+        if old is None:
+            return
+        self.watched.unregister(old.sock.fileno())
+        self.watched.unregister(old.pidfd)
+        try:
+            old.stop()
+        finally:
+            old.close()
+            self.zygote = None
+        text = (
+            f"the pool's zygote {why} (an item stopped or killed it, this one or one running "
+            "beside it), so the caller killed it and every worker; this item was not run again"
+        )
+        for worker in list(self.workers.values()):
+            if worker.kill_for is None:  # a worker killed at its deadline stays a timeout
+                worker.lost = text
+            self._on_death(worker, -1, math.nan, 0.0, 0)
+        self.replaced += 1
+        if self.replaced > _MAX_REPLACED:
+            raise PoolError(f"the pool's zygote {why}, {self.replaced} times in a row")
+        if self.closed:
+            return
+        self._start_zygote(self.target)
+        self.to_spawn = self.size
+
+    # --- events ------------------------------------------------------------------------------
+
+    def _handle(self, events: list[tuple[int, int]]) -> None:
+        # As registered when poll() returned: handling one event may close a descriptor and
+        # reuse its number (a zygote message reaps a worker, the next one brings a new worker's
+        # pidfd), and a later event of the same poll() is the old descriptor's, not the new one's.
+        registered = [(fd, self.watched.by_fd.get(fd)) for fd, _ in events]
+        for fd, entry in registered:
+            if entry is None or self.watched.by_fd.get(fd) is not entry:
+                continue
+            kind, worker = entry
+            if kind == "result":
+                assert worker is not None
+                self._read_results(worker)
+            elif kind == "output":
+                assert worker is not None
+                self._drain(worker, worker.current())
+            elif kind == "task":
+                assert worker is not None
+                worker.write(self.watched)
+            elif kind == "worker":
+                assert worker is not None
+                self.watched.unregister(fd)
+                worker.gone_at = time.monotonic()
+            elif kind == "zygote" and self.zygote is not None:
+                self._zygote_messages()
+            elif kind == "wake":
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(fd)
+
+    def _zygote_messages(self) -> None:
+        assert self.zygote is not None
+        while True:
+            try:
+                received = self.zygote.receive()
+            except PoolError:  # it died (an item killed it, say): its workers died with it
+                self._replace_zygote("died")
+                return
+            if received is None:
+                return
+            message, fds = received
+            if message[:1] == MSG_FORKED:
+                wid, pid = SPAWNED.unpack_from(message, 1)
+                worker = self.workers.get(wid)
+                if worker is None or not fds:
+                    for fd in fds:
+                        os.close(fd)
+                    continue
+                worker.pid, worker.pidfd, worker.ready = pid, fds[0], True
+                # Its end is the zygote's to report; watched here too, for a zygote that an
+                # item stopped before it ended: see _owed_since.
+                self.watched.register(worker.pidfd, "worker", worker, select.POLLIN)
+            elif message[:1] == MSG_KILLED:
+                (wid,) = WID.unpack_from(message, 1)
+                if wid in self.workers:
+                    self.workers[wid].acked = True
+            elif message[:1] == MSG_REAPED:
+                wid, status, cpu, rss, leaked = EXITED.unpack_from(message, 1)
+                if wid in self.workers:
+                    self._on_death(self.workers[wid], status, cpu, rss, leaked)
+
+    def _read_results(self, worker: Worker) -> None:
+        worker.receive()
+        frames, consumed = result_frames(worker.inbuf)
+        for fields, at in frames:
+            if worker.lost is not None:
+                break  # what it sent made no sense: nothing more from it is believed
+            self._answered(worker, fields, worker.inbuf, at)
+        if consumed:
+            del worker.inbuf[:consumed]
+
+    def _drain(self, worker: Worker, current: tuple[int, float] | None) -> None:
+        """Read what ``worker``'s long item wrote to its output so far: see _DRAIN_AFTER_S.
+
+        Its answers first: what is in the pipe after the item's answer is the next item's,
+        for the worker to read. (Only a caller held up between the two reads, while the worker
+        answers and starts the next item, takes the first output of that item for this one's.)
+        """
+        self._read_results(worker)
+        if current is None or worker.current() != current or worker.wid not in self.workers:
+            return  # it answered, with what was read of its output here
+        fd = worker.fds["output_r"]
+        if worker.drained is None:
+            worker.drained = (b"", 0)
+            self.watched.register(fd, "output", worker, select.POLLIN)
+        try:
+            chunk = os.read(fd, CHUNK)  # one read a wake: a flood never holds up the loop
+        except BlockingIOError:
+            return
+        if not chunk:  # no writer left: it is dying, and poll() would report that forever
+            self.watched.unregister(fd)
+            return
+        worker.drained = after(worker.drained, chunk, 0)
+
+    def _answered(
+        self, worker: Worker, fields: tuple[Any, ...], buffer: bytearray, at: int
+    ) -> None:
+        (
+            _,
+            size,
+            output_size,
+            dropped,
+            index,
+            leaked,
+            wall,
+            cpu,
+            cpu_total,
+            end,
+            rss,
+            leaving,
+            number,
+        ) = fields
+        sent = worker.sent
+        if not sent or sent[0][0] != index or sent[0][1] is None:
+            # Not the item it is running: something in the call wrote on the result pipe.
+            # The worker goes; the item it was running is its own, a crash, never the batch.
+            worker.lost = (
+                "the worker's result pipe carried something other than this item's answer "
+                "(the call wrote on the worker's pipe), so the worker was killed"
+            )
+            current = worker.current()
+            if current is not None and worker.kill_for is None:
+                self._kill(worker, current[0], time.monotonic())
+            return
+        sent.popleft()
+        drained = worker.take_drained(self.watched)
+        if worker.retries:
+            worker.retries.discard(index)
+        if leaving:  # it retires now: nothing it holds will start
+            self._take_back(worker, keep=0)
+        elif index == worker.fenced:
+            # It may have read the fence after this answer, and retired without a word.
+            worker.after_fence = sent[0][0] if sent else NEXT
+        self.replaced = 0
+        # The worker's clock, but the call may have forged the frame: a time to come (or NaN)
+        # would put the next item's deadline out of reach.
+        now = time.monotonic()
+        worker.last_end = end if end <= now else now
+        worker.cpu_base = cpu_total
+        if worker.dumped == index:  # the dump came just before it finished: drop it
+            read_bounded(worker.fds["stack_r"], STACK_LIMIT)
+            worker.dumped = None
+        self.fruitless_deaths = 0
+        mean = self.mean_item_s
+        self.mean_item_s = wall if mean is None else 0.8 * mean + 0.2 * wall
+        if not (size or output_size or dropped or leaked or drained):
+            # The common case, an OK float carried in the frame itself: a fast scorer's
+            # whole answer comes to this one call (see ok_outcome).
+            outcome = ok_outcome(number, wall, cpu, rss / 1024, self.budget, _FORK, containment())
+        elif size > _ASIDE_OVER and not self.objects:
+            data = bytes(buffer[at : at + output_size + size])
+            decode_aside(index, fields, data, drained, self.budget, self.hand_in)
+            return
+        else:
+            outcome = answer_outcome(fields, buffer, at, drained, self.budget, self.objects)
+        self.ledger.finish(index, outcome)
+
+    def _on_death(self, worker: Worker, status: int, cpu: float, rss: float, leaked: int) -> None:
+        """Account for a dead worker's items: the running one ends, the rest go back."""
+        self._read_results(worker)
+        now = time.monotonic()
+        current = worker.current()
+        back = [entry[0] for entry in worker.sent]
+        # It left between items on its own: fenced (the item after the fenced one never
+        # started), or its state could not be put back (its answer said so, and what it held
+        # went back then). Any other item that exits with that code, exited itself.
+        retired = status >= 0 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == RETIRED
+        if current is not None and self.ledger.remaining:
+            index = current[0]
+            back.pop(0)
+            unstarted = worker.lost is None and (
+                (retired and index == worker.after_fence)
+                or (worker.kill_for is not None and worker.kill_for != index)
+            )
+            if not unstarted:
+                drained = worker.take_drained(self.watched)
+                outcome = death_outcome(
+                    worker, current, now, status, cpu, rss, leaked, drained, self.budget
+                )
+                self.ledger.finish(index, outcome)
+            else:
+                # Killed for an item that answered at the deadline, or retired after one: the
+                # fence kept this one from starting. It goes out again.
+                back.insert(0, index)
+        elif worker.kill_for is None and not retired:
+            self.fruitless_deaths += 1
+        self.ledger.retry.extendleft(reversed(back))
+        self._forget(worker)
+        if self.closed:
+            return
+        if self.fruitless_deaths > 4 * self.size:
+            raise PoolError("workers keep dying before they take an item")
+        if worker.kill_for is None or self.zygote is None:  # else requested at the kill
+            self.to_spawn += 1
+
+    def _forget(self, worker: Worker) -> None:
+        self.workers.pop(worker.wid, None)
+        for fd in {*worker.fds.values(), worker.pidfd} - {-1}:
+            self.watched.unregister(fd)
+            os.close(fd)
+        worker.pidfd = -1
+
+    # --- close -------------------------------------------------------------------------------
+
+    def _stop(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.zygote is not None:
+                self.zygote.stop()
+        finally:
+            for worker in list(self.workers.values()):
+                self._forget(worker)
+            self._forget_zygote()
+
+    def _forget_zygote(self) -> None:
+        if self.zygote is not None:
+            self.watched.unregister(self.zygote.sock.fileno())
+            self.watched.unregister(self.zygote.pidfd)
+            self.zygote.close()
+            self.zygote = None
+
+
+def _sent_count(worker: Worker) -> int:
+    return len(worker.sent)
