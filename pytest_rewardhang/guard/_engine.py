@@ -12,42 +12,26 @@ import math
 import os
 import select
 import signal
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import _proctree
 from ._answers import after, answer_outcome, death_outcome, decode_aside
 from ._contain import containment
 from ._driver import CLOSED, Driver
 from ._handle import NEXT, Worker
 from ._interrupts import hold, let_in, release
-from ._launch import (
-    START_TIMEOUT_S,
-    PoolError,
-    Zygote,
-    import_target,
-    warn_if_large,
-    worker_pipes,
-)
+from ._launch import START_TIMEOUT_S, PoolError, Zygote
 from ._ledger import Batch
 from ._outcome import Mechanism, ok_outcome
-from ._spec import SpecError, load_callable
+from ._processes import Processes
 from ._wire import (
     CHUNK,
     DUMP_SIGNAL,
-    EXITED,
-    MSG_FORKED,
-    MSG_KILLED,
-    MSG_REAPED,
-    PIPE_ROLES,
     RETIRED,
-    SPAWNED,
     STACK_LIMIT,
-    WID,
     Warmup,
     dump_lead,
     read_bounded,
@@ -70,19 +54,6 @@ _MAX_BATCH = 256
 _ASIDE_OVER = 256 * 1024
 #: poll()'s longest timeout, in ms (a C int); any budget works.
 _MAX_POLL_MS = 1 << 30
-#: How long the zygote may take to acknowledge a kill (it does so before killing), and to fork
-#: a worker: past these the caller takes it for stuck, kills it and everything below it itself,
-#: and starts another. A late acknowledgement is judged every ``_ACK_S``: a zygote stopped (an
-#: item sent it SIGSTOP) is replaced at once; one merely slow to be scheduled, on a busy
-#: machine, gets up to ``_BUSY_ACK_S``, so that load alone never costs innocent items.
-_ACK_S = 0.05
-_BUSY_ACK_S = 1.0
-_FORK_S = 10.0
-#: How long a killed worker may take to be reported reaped before its item is accounted for
-#: anyway (a process in uninterruptible sleep may take indefinitely).
-_REAPED_S = 2.0
-#: Zygotes replaced in a row, with no item answered in between, before the pool gives up.
-_MAX_REPLACED = 3
 #: When a worker has run dry while another's item has run this long (and ten times the mean
 #: item) with more items queued behind it, those items are taken back for the idle one: else
 #: a second hang waits a whole budget behind the first while a worker idles.
@@ -113,91 +84,32 @@ class Engine(Driver):
     ) -> None:
         super().__init__(budget, max_pending)
         self.budget = budget
-        #: Scored once in every zygote, before it forks a worker: see Pool.
-        self.warmup = warmup
         #: When, before an item's deadline, its stack is dumped: fixed per pool, read per poll.
         self.dump_lead = dump_lead(budget)
-        self.memory_mb = memory_mb
         #: Unpickle results that are not plain data: see _wire.decode.
         self.objects = False
         self.size = workers
-        self.workers: dict[int, Worker] = {}
-        self.next_wid = 0
-        self.to_spawn = 0
+        self.processes = Processes(workers, memory_mb, warmup, self.watched, _inherited)
+        #: The workers by id: the processes' own dict, never replaced.
+        self.workers = self.processes.workers
         self.fruitless_deaths = 0
         self.mean_item_s: float | None = None
-        self.zygote: Zygote | None = None
-        self.fn: Callable[..., Any] | None = None
-        self.target: tuple[Any, ...] | None = None
-        self.replaced = 0
         with _ENGINES_LOCK:
             _ENGINES.add(self)
 
-    def start(self, fn: Callable[..., Any] | str) -> None:
-        _proctree.prepare()
-        target = import_target(fn)
-        if target is not None and sys.executable:
-            try:
-                self._start_zygote(target)
-            except SpecError:
-                if isinstance(fn, str):
-                    raise
-                # It imports here but not in a fresh interpreter (sys.path set up by a
-                # framework, say): serve the object we were given after all.
-                target = None
-        if target is None:
-            self.fn = load_callable(fn) if isinstance(fn, str) else fn
-            warn_if_large()
-            self._start_zygote(None)
-        self.target = target
-        for _ in range(self.size):
-            self._spawn()
-        self._wait_ready()
+    @property
+    def zygote(self) -> Zygote | None:
+        """The zygote the workers are forked from, while there is one."""
+        return self.processes.zygote
 
-    def _start_zygote(self, target: tuple[Any, ...] | None) -> None:
-        if target is not None:
-            self.zygote = Zygote.start(target, self.memory_mb, self.warmup)
-        else:
-            assert self.fn is not None
-            # Every pool's descriptors, not only this one's: an item of this pool could set
-            # another's caller-side pipes blocking (the flag is the caller's file's too), and
-            # that pool's loop would then wait in a read.
-            with _ENGINES_LOCK:
-                engines = list(_ENGINES)
-            inherited = [fd for engine in engines for fd in engine._descriptors()]
-            self.zygote = Zygote.fork(self.fn, self.memory_mb, self.warmup, inherited)
-        self.watched.register(self.zygote.sock.fileno(), "zygote", None, select.POLLIN)
-        self.watched.register(self.zygote.pidfd, "zygote", None, select.POLLIN)
+    def start(self, fn: Callable[..., Any] | str) -> None:
+        self.processes.start(fn)
+        self._wait_ready()
 
     def _descriptors(self) -> list[int]:
         """The caller-side descriptors this pool holds now (read from other threads too)."""
-        found = [self.wake] if self.wake >= 0 else []
-        for worker in self.workers.copy().values():  # one C call: safe from another thread
-            found.extend(worker.fds.values())
-        zygote = self.zygote
-        if zygote is not None:
-            found += [zygote.sock.fileno(), zygote.pidfd]
+        found = [self.wake, *self.processes.descriptors()]
         return [fd for fd in found if fd >= 0]
-
-    # --- processes ---------------------------------------------------------------------------
-
-    def _spawn(self) -> None:
-        assert self.zygote is not None
-        wid = self.next_wid
-        self.next_wid += 1
-        theirs, ours = worker_pipes()
-        # Ours are the worker's from here, so close() closes them whatever interrupts us.
-        self.workers[wid] = worker = Worker(wid, ours)
-        try:
-            for role, fd in ours.items():
-                if role != "fence":
-                    os.set_blocking(fd, False)
-            self.watched.register(ours["result_r"], "result", worker, select.POLLIN)
-            # Not sent (the zygote is not reading): the fork's deadline replaces the zygote.
-            self.zygote.fork_worker(wid, [theirs[role] for role in PIPE_ROLES])
-        finally:
-            for fd in set(theirs.values()) - set(ours.values()):
-                os.close(fd)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -208,15 +120,8 @@ class Engine(Driver):
             with let_in():
                 events = self.watched.poller.poll(min(math.ceil(left * 1000), _MAX_POLL_MS))
             self._handle(events)
-            self._check_zygote(time.monotonic())
-            self._respawn()
-
-    def _respawn(self) -> None:
-        # Deferred out of event handling: a new worker's pipes may reuse the fd numbers of the
-        # dead one's, which later events of the same poll() would then be taken for.
-        while self.to_spawn and not self.closed:
-            self.to_spawn -= 1
-            self._spawn()
+            self.processes.check(time.monotonic(), self._on_death)
+            self.processes.respawn()
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -241,7 +146,7 @@ class Engine(Driver):
                 return
             if batch is not None and not batch.left:
                 return
-            self._respawn()
+            self.processes.respawn()
             gather = self._dispatch()
             if batch is not None and not batch.left:
                 return  # the last items could not be pickled: nothing left to wait for
@@ -320,18 +225,9 @@ class Engine(Driver):
         earliest = math.inf
         steal = self._idle()
         for worker in self.workers.values():
-            if not worker.ready:
-                earliest = min(earliest, worker.requested + _FORK_S)
-                continue
-            owed = self._owed_since(worker)
-            if owed is not None:  # the next look: every _ACK_S (for a kill, until _BUSY_ACK_S)
-                looks = math.floor((time.monotonic() - owed) / _ACK_S) + 1
-                if worker.kill_for is not None:
-                    looks = min(looks, round(_BUSY_ACK_S / _ACK_S))
-                earliest = min(earliest, owed + looks * _ACK_S)
-                continue
-            if worker.kill_for is not None:
-                earliest = min(earliest, worker.kill_time + _REAPED_S)
+            due = self.processes.due(worker)
+            if due is not None:
+                earliest = min(earliest, due)
                 continue
             current = worker.current()
             if current is None:
@@ -351,7 +247,7 @@ class Engine(Driver):
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
-        if self._check_zygote(now):
+        if self.processes.check(now, self._on_death):
             return
         for worker in list(self.workers.values()):
             current = worker.current()
@@ -380,7 +276,7 @@ class Engine(Driver):
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(worker.pidfd, DUMP_SIGNAL)
             if now >= start + self.budget:
-                self._kill(worker, index, now)
+                self.processes.kill(worker, index, now)
                 # Fenced: what waits behind it never starts. It goes to the replacement now,
                 # not when the zygote reports this one's end, after the kernel tore it down.
                 self._take_back(worker, keep=1)
@@ -432,83 +328,6 @@ class Engine(Driver):
         """Give ``worker`` no more work; what it holds past its first ``keep`` items goes back."""
         self.ledger.retry.extend(worker.take_back(self.watched, keep))
 
-    def _kill(self, worker: Worker, index: int, now: float) -> None:
-        assert self.zygote is not None
-        worker.kill_for = index
-        worker.kill_time = now
-        self.zygote.kill(worker.wid)
-        # Ask for the replacement now: the zygote forks it while the dead one is torn down.
-        self.to_spawn += 1
-
-    def _check_zygote(self, now: float) -> bool:
-        """Replace a zygote that does not answer in time; True if it was replaced.
-
-        A worker killed and reported killed but not reaped in time is accounted for anyway.
-        """
-        for worker in list(self.workers.values()):
-            owed = self._owed_since(worker)
-            if not worker.ready:
-                late = now >= worker.requested + _FORK_S
-            elif owed is not None:
-                waited = now - owed
-                # A worker's end is reported after its orphans are reaped, which a busy zygote
-                # may take long over: only a stopped one is replaced for that.
-                busy = worker.kill_for is not None and waited >= _BUSY_ACK_S
-                late = busy or (
-                    waited >= _ACK_S and self.zygote is not None and self._zygote_stopped()
-                )
-            elif worker.kill_for is not None:  # acknowledged
-                if now >= worker.kill_time + _REAPED_S:
-                    self._on_death(worker, -1, math.nan, 0.0, 0)
-                continue
-            else:
-                continue
-            if late:
-                self._replace_zygote("stopped answering")
-                return True
-        return False
-
-    @staticmethod
-    def _owed_since(worker: Worker) -> float | None:
-        """Since when the zygote owes word of ``worker``: of its kill, or of its end."""
-        if worker.kill_for is not None:
-            return None if worker.acked else worker.kill_time
-        # An item may stop the zygote and then end its worker: without this, the item waited
-        # for its deadline and was reported a timeout.
-        return worker.gone_at
-
-    def _zygote_stopped(self) -> bool:
-        assert self.zygote is not None
-        return _proctree.stopped(self.zygote.pid)
-
-    def _replace_zygote(self, why: str) -> None:
-        """Kill the zygote and everything below it, account for its workers' items, restart."""
-        old = self.zygote
-        if old is None:
-            return
-        self.watched.unregister(old.sock.fileno())
-        self.watched.unregister(old.pidfd)
-        try:
-            old.stop()
-        finally:
-            old.close()
-            self.zygote = None
-        text = (
-            f"the pool's zygote {why} (an item stopped or killed it, this one or one running "
-            "beside it), so the caller killed it and every worker; this item was not run again"
-        )
-        for worker in list(self.workers.values()):
-            if worker.kill_for is None:  # a worker killed at its deadline stays a timeout
-                worker.lost = text
-            self._on_death(worker, -1, math.nan, 0.0, 0)
-        self.replaced += 1
-        if self.replaced > _MAX_REPLACED:
-            raise PoolError(f"the pool's zygote {why}, {self.replaced} times in a row")
-        if self.closed:
-            return
-        self._start_zygote(self.target)
-        self.to_spawn = self.size
-
     # --- events ------------------------------------------------------------------------------
 
     def _handle(self, events: list[tuple[int, int]]) -> None:
@@ -534,41 +353,10 @@ class Engine(Driver):
                 self.watched.unregister(fd)
                 worker.gone_at = time.monotonic()
             elif kind == "zygote" and self.zygote is not None:
-                self._zygote_messages()
+                self.processes.messages(self._on_death)
             elif kind == "wake":
                 with contextlib.suppress(BlockingIOError):
                     os.eventfd_read(fd)
-
-    def _zygote_messages(self) -> None:
-        assert self.zygote is not None
-        while True:
-            try:
-                received = self.zygote.receive()
-            except PoolError:  # it died (an item killed it, say): its workers died with it
-                self._replace_zygote("died")
-                return
-            if received is None:
-                return
-            message, fds = received
-            if message[:1] == MSG_FORKED:
-                wid, pid = SPAWNED.unpack_from(message, 1)
-                worker = self.workers.get(wid)
-                if worker is None or not fds:
-                    for fd in fds:
-                        os.close(fd)
-                    continue
-                worker.pid, worker.pidfd, worker.ready = pid, fds[0], True
-                # Its end is the zygote's to report; watched here too, for a zygote that an
-                # item stopped before it ended: see _owed_since.
-                self.watched.register(worker.pidfd, "worker", worker, select.POLLIN)
-            elif message[:1] == MSG_KILLED:
-                (wid,) = WID.unpack_from(message, 1)
-                if wid in self.workers:
-                    self.workers[wid].acked = True
-            elif message[:1] == MSG_REAPED:
-                wid, status, cpu, rss, leaked = EXITED.unpack_from(message, 1)
-                if wid in self.workers:
-                    self._on_death(self.workers[wid], status, cpu, rss, leaked)
 
     def _read_results(self, worker: Worker) -> None:
         worker.receive()
@@ -631,7 +419,7 @@ class Engine(Driver):
             )
             current = worker.current()
             if current is not None and worker.kill_for is None:
-                self._kill(worker, current[0], time.monotonic())
+                self.processes.kill(worker, current[0], time.monotonic())
             return
         sent.popleft()
         drained = worker.take_drained(self.watched)
@@ -642,7 +430,7 @@ class Engine(Driver):
         elif index == worker.fenced:
             # It may have read the fence after this answer, and retired without a word.
             worker.after_fence = sent[0][0] if sent else NEXT
-        self.replaced = 0
+        self.processes.replaced = 0
         # The worker's clock, but the call may have forged the frame: a time to come (or NaN)
         # would put the next item's deadline out of reach.
         now = time.monotonic()
@@ -696,41 +484,26 @@ class Engine(Driver):
         elif worker.kill_for is None and not retired:
             self.fruitless_deaths += 1
         self.ledger.retry.extendleft(reversed(back))
-        self._forget(worker)
-        if self.closed:
+        self.processes.forget(worker)
+        if self.processes.stopped:
             return
         if self.fruitless_deaths > 4 * self.size:
             raise PoolError("workers keep dying before they take an item")
         if worker.kill_for is None or self.zygote is None:  # else requested at the kill
-            self.to_spawn += 1
-
-    def _forget(self, worker: Worker) -> None:
-        self.workers.pop(worker.wid, None)
-        for fd in {*worker.fds.values(), worker.pidfd} - {-1}:
-            self.watched.unregister(fd)
-            os.close(fd)
-        worker.pidfd = -1
-
-    # --- close -------------------------------------------------------------------------------
+            self.processes.to_spawn += 1
 
     def _stop(self) -> None:
         if self.closed:
             return
         self.closed = True
-        try:
-            if self.zygote is not None:
-                self.zygote.stop()
-        finally:
-            for worker in list(self.workers.values()):
-                self._forget(worker)
-            self._forget_zygote()
+        self.processes.stop()
 
-    def _forget_zygote(self) -> None:
-        if self.zygote is not None:
-            self.watched.unregister(self.zygote.sock.fileno())
-            self.watched.unregister(self.zygote.pidfd)
-            self.zygote.close()
-            self.zygote = None
+
+def _inherited() -> list[int]:
+    """Every pool's caller-side descriptors, which a zygote forked from the caller closes."""
+    with _ENGINES_LOCK:
+        engines = list(_ENGINES)
+    return [fd for engine in engines for fd in engine._descriptors()]
 
 
 def _sent_count(worker: Worker) -> int:

@@ -113,6 +113,14 @@ class Worker:
             return None
         return self.sent[0][0], max(self.last_end, self.sent[0][1])
 
+    def owed_since(self) -> float | None:
+        """Since when the zygote owes word of this worker: of its kill, or of its end."""
+        if self.kill_for is not None:
+            return None if self.acked else self.kill_time
+        # An item may stop the zygote and then end its worker: without this, the item waited
+        # for its deadline and was reported a timeout.
+        return self.gone_at
+
     # --- the task pipe ------------------------------------------------------------------------
 
     def send(self, watched: Watched, batch: list[int], header: bytes, blob: bytes) -> None:
