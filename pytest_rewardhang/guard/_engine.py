@@ -21,7 +21,7 @@ from typing import Any
 from ._answers import after, answer_outcome, death_outcome, decode_aside
 from ._contain import containment
 from ._driver import CLOSED, Driver
-from ._handle import NEXT, Worker
+from ._handle import DEAD, NEXT, SERVING, STARTING, Worker
 from ._interrupts import hold, let_in, release
 from ._launch import START_TIMEOUT_S, PoolError, Zygote
 from ._ledger import Batch
@@ -113,7 +113,7 @@ class Engine(Driver):
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not all(w.ready for w in self.workers.values()):
+        while any(w.phase is STARTING for w in self.workers.values()):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise PoolError(f"workers did not start within {START_TIMEOUT_S:g} s")
@@ -179,9 +179,7 @@ class Engine(Driver):
         """Hand out batches; how long results may gather before any worker runs dry."""
         if not self.ledger.queue and not self.ledger.retry:
             return 0.0
-        ready = [
-            w for w in self.workers.values() if w.ready and w.kill_for is None and not w.draining
-        ]
+        ready = [w for w in self.workers.values() if w.phase is SERVING]
         if not ready:
             return 0.0
         for worker in ready:
@@ -251,16 +249,12 @@ class Engine(Driver):
             return
         for worker in list(self.workers.values()):
             current = worker.current()
-            if current is None or worker.kill_for is not None:
+            if current is None or worker.killed:
                 continue
             index, start = current
             if worker.drained is None and now >= start + _DRAIN_AFTER_S:
                 self._drain(worker, current)
-                if (
-                    worker.current() != current
-                    or worker.wid not in self.workers
-                    or worker.kill_for is not None
-                ):
+                if worker.current() != current or worker.phase is DEAD or worker.killed:
                     continue
             if now < start + self.budget - self.dump_lead:
                 continue
@@ -269,7 +263,7 @@ class Engine(Driver):
                 # answered already (and we see it) or starts nothing after this item.
                 worker.fence(index)
             self._read_results(worker)  # it may have answered since the poll returned
-            if worker.current() != current or worker.wid not in self.workers:
+            if worker.current() != current or worker.phase is DEAD:
                 continue
             if worker.dumped != index:
                 worker.dumped = index
@@ -291,21 +285,13 @@ class Engine(Driver):
         return (
             not self.ledger.queue
             and not self.ledger.retry
-            and any(
-                w.ready and w.kill_for is None and not w.draining and not w.sent
-                for w in self.workers.values()
-            )
+            and any(w.phase is SERVING and not w.sent for w in self.workers.values())
         )
 
     @staticmethod
     def _holds_back(worker: Worker) -> bool:
         """Whether items wait in ``worker`` behind the one it runs, which could be taken back."""
-        return (
-            len(worker.sent) > 1
-            and worker.current() is not None
-            and worker.kill_for is None
-            and not worker.draining
-        )
+        return len(worker.sent) > 1 and worker.current() is not None and worker.phase is SERVING
 
     def _steal(self, now: float) -> None:
         """Take back the items queued behind a long item, for a worker that has run dry."""
@@ -319,7 +305,7 @@ class Engine(Driver):
             # either answered already or starts nothing after this item.
             worker.fence(index)
             self._read_results(worker)
-            if worker.current() != current or worker.wid not in self.workers:
+            if worker.current() != current or worker.phase is DEAD:
                 continue  # it answered: what it does next, it may have started
             self._take_back(worker, keep=1)
             return
@@ -376,7 +362,7 @@ class Engine(Driver):
         answers and starts the next item, takes the first output of that item for this one's.)
         """
         self._read_results(worker)
-        if current is None or worker.current() != current or worker.wid not in self.workers:
+        if current is None or worker.current() != current or worker.phase is DEAD:
             return  # it answered, with what was read of its output here
         fd = worker.fds["output_r"]
         if worker.drained is None:
@@ -418,7 +404,7 @@ class Engine(Driver):
                 "(the call wrote on the worker's pipe), so the worker was killed"
             )
             current = worker.current()
-            if current is not None and worker.kill_for is None:
+            if current is not None and not worker.killed:
                 self.processes.kill(worker, current[0], time.monotonic())
             return
         sent.popleft()
@@ -467,11 +453,7 @@ class Engine(Driver):
         if current is not None and self.ledger.remaining:
             index = current[0]
             back.pop(0)
-            unstarted = worker.lost is None and (
-                (retired and index == worker.after_fence)
-                or (worker.kill_for is not None and worker.kill_for != index)
-            )
-            if not unstarted:
+            if not worker.never_started(index, retired):
                 drained = worker.take_drained(self.watched)
                 outcome = death_outcome(
                     worker, current, now, status, cpu, rss, leaked, drained, self.budget
@@ -481,7 +463,7 @@ class Engine(Driver):
                 # Killed for an item that answered at the deadline, or retired after one: the
                 # fence kept this one from starting. It goes out again.
                 back.insert(0, index)
-        elif worker.kill_for is None and not retired:
+        elif not worker.killed and not retired:
             self.fruitless_deaths += 1
         self.ledger.retry.extendleft(reversed(back))
         self.processes.forget(worker)
@@ -489,7 +471,7 @@ class Engine(Driver):
             return
         if self.fruitless_deaths > 4 * self.size:
             raise PoolError("workers keep dying before they take an item")
-        if worker.kill_for is None or self.zygote is None:  # else requested at the kill
+        if not worker.killed or self.zygote is None:  # else requested at the kill
             self.processes.to_spawn += 1
 
     def _stop(self) -> None:

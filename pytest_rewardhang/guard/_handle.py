@@ -1,4 +1,18 @@
-"""The caller's handle on one pool worker: its pipes, the items it holds, where it stands.
+"""The caller's handle on one pool worker: its pipes, the items it holds, its phase.
+
+A worker goes through its phases in one direction only::
+
+    STARTING --forked--> SERVING --take_back--> DRAINING
+                            |                      |
+                            +-------kill-----------+--> KILLING --acknowledged--> KILLED
+    (any phase) --forget--> DEAD
+
+STARTING: asked of the zygote, not forked yet. SERVING: takes work. DRAINING: gets no more
+work, as what it held behind its current item was taken back (for an idle worker, at a
+deadline) or it retires after its last answer. KILLING: the zygote was asked to kill it, for
+``kill_for``; KILLED: the zygote said it did (it has not necessarily reaped it yet). DEAD: its
+end was accounted for and its pipes closed. Its end can come in any phase (an item may kill
+its own worker); the zygote reports it, and its pidfd says so first (``gone_at``).
 
 Also :class:`Watched`, the descriptors the loop polls and whose each one is.
 """
@@ -6,6 +20,7 @@ Also :class:`Watched`, the descriptors the loop polls and whose each one is.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import select
 import time
@@ -16,6 +31,19 @@ from ._wire import CHUNK, FENCE
 
 #: ``Worker.after_fence`` of a worker whose fenced item answered with nothing queued behind.
 NEXT = -1
+
+
+class Phase(enum.Enum):
+    STARTING = "asked of the zygote"
+    SERVING = "takes work"
+    DRAINING = "gets no more work"
+    KILLING = "the zygote was asked to kill it"
+    KILLED = "the zygote said it killed it"
+    DEAD = "accounted for, its pipes closed"
+
+
+STARTING, SERVING, DRAINING = Phase.STARTING, Phase.SERVING, Phase.DRAINING
+KILLING, KILLED, DEAD = Phase.KILLING, Phase.KILLED, Phase.DEAD
 
 
 class Watched:
@@ -37,13 +65,13 @@ class Watched:
 
 
 class Worker:
+    """The caller's handle on one worker: its phase, and data about it and its items."""
+
     __slots__ = (
-        "acked",
         "after_fence",
         "batches",
         "cpu_base",
         "drained",
-        "draining",
         "dumped",
         "fds",
         "fenced",
@@ -53,10 +81,10 @@ class Worker:
         "kill_time",
         "last_end",
         "lost",
+        "phase",
         "pid",
         "pidfd",
         "queued",
-        "ready",
         "requested",
         "retries",
         "sent",
@@ -69,9 +97,9 @@ class Worker:
         self.wid = wid
         #: The caller's ends: task_w, result_r, output_r, stack_r.
         self.fds = fds
+        self.phase = STARTING
         self.pid = 0
         self.pidfd = -1
-        self.ready = False
         #: Items handed to this worker and not answered yet, oldest first: [index, sent at].
         #: ``sent at`` stays None until the whole frame holding the item is in the pipe.
         self.sent: deque[list[Any]] = deque()
@@ -84,20 +112,17 @@ class Worker:
         self.cpu_base = 0.0
         #: Items handed out again (see Ledger.retry) in flight here: at most one per worker.
         self.retries: set[int] = set()
+        #: The item whose stack it was asked to dump (see DUMP_SIGNAL), until it answers.
         self.dumped: int | None = None
+        #: The item it is being killed for, and when the kill was asked: from KILLING on.
         self.kill_for: int | None = None
         self.kill_time = 0.0
-        #: The zygote said it killed this worker (it has not necessarily reaped it yet).
-        self.acked = False
         #: When its pidfd said it had ended, the zygote not having said so yet.
         self.gone_at: float | None = None
         #: When the zygote was asked for this worker.
         self.requested = time.monotonic()
         #: Why this worker's current item ended, when not by its own doing or a timeout.
         self.lost: str | None = None
-        #: Fenced after its current item (the items behind it were taken back), or retiring
-        #: after its last answer: it gets no more work.
-        self.draining = False
         #: The last item the fence was written for (see FENCE); and the item handed to it next,
         #: once that one answered anyway (NEXT until there is one): if the worker then
         #: retires, that item never started.
@@ -113,13 +138,48 @@ class Worker:
             return None
         return self.sent[0][0], max(self.last_end, self.sent[0][1])
 
+    # --- its phase ---------------------------------------------------------------------------
+
+    def forked(self, pid: int, pidfd: int) -> None:
+        """The zygote forked it: STARTING -> SERVING."""
+        self.pid, self.pidfd, self.phase = pid, pidfd, SERVING
+
+    def killing(self, index: int, now: float) -> None:
+        """The zygote is asked to kill it, for ``index``: SERVING or DRAINING -> KILLING."""
+        self.kill_for, self.kill_time, self.phase = index, now, KILLING
+
+    def acknowledged(self) -> None:
+        """The zygote said it killed it: KILLING -> KILLED."""
+        if self.phase is KILLING:
+            self.phase = KILLED
+
+    @property
+    def killed(self) -> bool:
+        """Whether the zygote was asked to kill it (KILLING or KILLED)."""
+        return self.phase is KILLING or self.phase is KILLED
+
+    @property
+    def serving(self) -> bool:
+        return self.phase is SERVING
+
     def owed_since(self) -> float | None:
         """Since when the zygote owes word of this worker: of its kill, or of its end."""
-        if self.kill_for is not None:
-            return None if self.acked else self.kill_time
+        if self.phase is KILLING:
+            return self.kill_time
+        if self.phase is KILLED:
+            return None
         # An item may stop the zygote and then end its worker: without this, the item waited
         # for its deadline and was reported a timeout.
         return self.gone_at
+
+    def never_started(self, index: int, retired: bool) -> bool:
+        """Whether ``index``, the item it held first when it died, never started: it was
+        killed for an item that answered at the deadline, or it retired after the fenced item
+        answered, the fence keeping the next one from starting. Never when what it sent made
+        no sense (``lost``): nothing it says is believed then."""
+        return self.lost is None and (
+            (retired and index == self.after_fence) or (self.killed and self.kill_for != index)
+        )
 
     # --- the task pipe ------------------------------------------------------------------------
 
@@ -170,8 +230,11 @@ class Worker:
         self.fenced = index
 
     def take_back(self, watched: Watched, keep: int) -> list[int]:
-        """Give it no more work; what it holds past its first ``keep`` items, to hand out again."""
-        self.draining = True
+        """Give it no more work; what it holds past its first ``keep`` items, to hand out again.
+
+        SERVING -> DRAINING (a worker being killed stays so)."""
+        if self.phase is SERVING:
+            self.phase = DRAINING
         kept = [self.sent.popleft() for _ in range(min(keep, len(self.sent)))]
         back = [entry[0] for entry in self.sent]
         self.sent.clear()

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _proctree
-from ._handle import Watched, Worker
+from ._handle import DEAD, KILLED, STARTING, Watched, Worker
 from ._launch import PoolError, Zygote, import_target, warn_if_large, worker_pipes
 from ._spec import SpecError, load_callable
 from ._wire import EXITED, MSG_FORKED, MSG_KILLED, MSG_REAPED, PIPE_ROLES, SPAWNED, WID, Warmup
@@ -143,8 +143,7 @@ class Processes:
     def kill(self, worker: Worker, index: int, now: float) -> None:
         """Have the zygote kill ``worker``, for its item ``index``, and fork its replacement."""
         assert self.zygote is not None
-        worker.kill_for = index
-        worker.kill_time = now
+        worker.killing(index, now)
         self.zygote.kill(worker.wid)
         # Ask for the replacement now: the zygote forks it while the dead one is torn down.
         self.to_spawn += 1
@@ -153,15 +152,15 @@ class Processes:
 
     def due(self, worker: Worker) -> float | None:
         """When the zygote is next to be judged for ``worker``, if it owes word of it."""
-        if not worker.ready:
+        if worker.phase is STARTING:
             return worker.requested + _FORK_S
         owed = worker.owed_since()
         if owed is not None:  # the next look: every _ACK_S (for a kill, until _BUSY_ACK_S)
             looks = math.floor((time.monotonic() - owed) / _ACK_S) + 1
-            if worker.kill_for is not None:
+            if worker.killed:
                 looks = min(looks, round(_BUSY_ACK_S / _ACK_S))
             return owed + looks * _ACK_S
-        if worker.kill_for is not None:
+        if worker.phase is KILLED:
             return worker.kill_time + _REAPED_S
         return None
 
@@ -172,17 +171,17 @@ class Processes:
         """
         for worker in list(self.workers.values()):
             owed = worker.owed_since()
-            if not worker.ready:
+            if worker.phase is STARTING:
                 late = now >= worker.requested + _FORK_S
             elif owed is not None:
                 waited = now - owed
                 # A worker's end is reported after its orphans are reaped, which a busy zygote
                 # may take long over: only a stopped one is replaced for that.
-                busy = worker.kill_for is not None and waited >= _BUSY_ACK_S
+                busy = worker.killed and waited >= _BUSY_ACK_S
                 late = busy or (
                     waited >= _ACK_S and self.zygote is not None and self._zygote_stopped()
                 )
-            elif worker.kill_for is not None:  # acknowledged
+            elif worker.phase is KILLED:
                 if now >= worker.kill_time + _REAPED_S:
                     died(worker, -1, math.nan, 0.0, 0)
                 continue
@@ -214,7 +213,7 @@ class Processes:
             "beside it), so the caller killed it and every worker; this item was not run again"
         )
         for worker in list(self.workers.values()):
-            if worker.kill_for is None:  # a worker killed at its deadline stays a timeout
+            if not worker.killed:  # a worker killed at its deadline stays a timeout
                 worker.lost = text
             died(worker, -1, math.nan, 0.0, 0)
         self.replaced += 1
@@ -246,14 +245,14 @@ class Processes:
                     for fd in fds:
                         os.close(fd)
                     continue
-                worker.pid, worker.pidfd, worker.ready = pid, fds[0], True
+                worker.forked(pid, fds[0])
                 # Its end is the zygote's to report; watched here too, for a zygote that an
                 # item stopped before it ended: see Worker.owed_since.
                 self.watched.register(worker.pidfd, "worker", worker, select.POLLIN)
             elif message[:1] == MSG_KILLED:
                 (wid,) = WID.unpack_from(message, 1)
                 if wid in self.workers:
-                    self.workers[wid].acked = True
+                    self.workers[wid].acknowledged()
             elif message[:1] == MSG_REAPED:
                 wid, status, cpu, rss, leaked = EXITED.unpack_from(message, 1)
                 if wid in self.workers:
@@ -264,6 +263,7 @@ class Processes:
     def forget(self, worker: Worker) -> None:
         """Close the caller's ends of a dead worker's pipes; it is no longer one of ours."""
         self.workers.pop(worker.wid, None)
+        worker.phase = DEAD
         for fd in {*worker.fds.values(), worker.pidfd} - {-1}:
             self.watched.unregister(fd)
             os.close(fd)
