@@ -21,12 +21,13 @@ from typing import Any
 from ._answers import after, answer_outcome, death_outcome, decode_aside
 from ._contain import containment
 from ._driver import CLOSED, Driver
-from ._handle import DEAD, NEXT, SERVING, STARTING, Worker
+from ._handle import DEAD, NEXT, STARTING, Worker
 from ._interrupts import hold, let_in, release
 from ._launch import START_TIMEOUT_S, PoolError, Zygote
 from ._ledger import Batch
 from ._outcome import Mechanism, ok_outcome
 from ._processes import Processes
+from ._schedule import Schedule
 from ._wire import (
     CHUNK,
     DUMP_SIGNAL,
@@ -39,25 +40,12 @@ from ._wire import (
     task_header,
 )
 
-#: Roughly how much work one task frame carries: big enough to amortise the pipe round trip,
-#: small enough that the last items spread over all workers. What waits behind a hang does not
-#: wait for its deadline: an idle worker takes it back after _STEAL_AFTER_S. Each wake of the
-#: caller costs ~100 µs of its CPU (the loop, the sends, the sleep), taken from the workers on
-#: two cores: at 2 ms a batch that was half the caller's share of a 45 µs item.
-_BATCH_S = 0.01
-#: Longest the caller lets results gather while every worker has a batch queued.
-_GATHER_S = 0.005
 _FOREVER_S = 1e9
-_MAX_BATCH = 256
 #: An answer's pickle over this many bytes is decoded beside the loop, not in it: see
 #: _answers.decode_aside.
 _ASIDE_OVER = 256 * 1024
 #: poll()'s longest timeout, in ms (a C int); any budget works.
 _MAX_POLL_MS = 1 << 30
-#: When a worker has run dry while another's item has run this long (and ten times the mean
-#: item) with more items queued behind it, those items are taken back for the idle one: else
-#: a second hang waits a whole budget behind the first while a worker idles.
-_STEAL_AFTER_S = 0.05
 #: An item's output waits in its 1 MiB pipe for the worker, which reads it when the item ends;
 #: once an item has run this long, the caller reads it too, as it comes. Else C code or a
 #: subprocess writing more than the pipe holds to fd 1 (which must stay blocking for them)
@@ -93,7 +81,8 @@ class Engine(Driver):
         #: The workers by id: the processes' own dict, never replaced.
         self.workers = self.processes.workers
         self.fruitless_deaths = 0
-        self.mean_item_s: float | None = None
+        #: Who gets which items, and whose are taken back: see _schedule.
+        self.schedule = Schedule(workers)
         with _ENGINES_LOCK:
             _ENGINES.add(self)
 
@@ -177,41 +166,23 @@ class Engine(Driver):
 
     def _dispatch(self) -> float:
         """Hand out batches; how long results may gather before any worker runs dry."""
-        if not self.ledger.queue and not self.ledger.retry:
+        ledger = self.ledger
+        if not ledger.queue and not ledger.retry:
             return 0.0
-        ready = [w for w in self.workers.values() if w.phase is SERVING]
-        if not ready:
+        schedule = self.schedule
+        serving = schedule.serving(self.workers.values())
+        if not serving:
             return 0.0
-        for worker in ready:
-            if self.ledger.retry and not worker.retries:
-                index = self.ledger.retry.popleft()
-                worker.retries.add(index)
-                self._send(worker, [index])
-        if not self.ledger.queue:
+        for worker in schedule.retries(serving, len(ledger.retry)):
+            index = ledger.retry.popleft()
+            worker.retries.add(index)
+            self._send(worker, [index])
+        if not ledger.queue:
             return 0.0
-        per_batch = 1  # until an item has been timed
-        if self.mean_item_s is not None and self.mean_item_s > 0:
-            per_batch = max(1, min(_MAX_BATCH, int(_BATCH_S / self.mean_item_s)))
-        # The last items spread over all workers instead of queueing behind one.
-        per_batch = max(1, min(per_batch, len(self.ledger.queue) // self.size))
-        # Up to two batches in flight (two items for slow ones), so a worker finds its next item
-        # waiting instead of idling for a round trip through the caller; what waits behind a
-        # hang goes back to the queue at the kill, its deadline not started. Not while a worker
-        # is starting, though: the first one up would take the items meant for the others.
-        in_flight = max(per_batch, 2) if len(ready) == self.size else per_batch
-        # The emptiest first: a worker that runs dry gets the next item before another
-        # queues it behind the one it runs (which may be a hang).
-        ready.sort(key=_sent_count)
-        for worker in ready:
-            if self.ledger.queue and len(worker.sent) < in_flight:
-                take = min(per_batch, len(self.ledger.queue))
-                batch = [self.ledger.queue.popleft() for _ in range(take)]
-                self._send(worker, batch)
-        if per_batch == 1 or len(ready) < self.size or any(w.unsent for w in ready):
-            return 0.0
-        assert self.mean_item_s is not None
-        queued = min(len(w.sent) for w in ready) - 1
-        return min(_GATHER_S, queued * self.mean_item_s / 2)
+        per_batch, assignments = schedule.batches(serving, len(ledger.queue))
+        for worker, take in assignments:
+            self._send(worker, [ledger.queue.popleft() for _ in range(take)])
+        return schedule.gather(serving, per_batch)
 
     def _send(self, worker: Worker, batch: list[int]) -> None:
         pickled = self.ledger.pickled(batch)
@@ -221,6 +192,7 @@ class Engine(Driver):
 
     def _poll_timeout(self) -> int | None:
         earliest = math.inf
+        schedule = self.schedule
         steal = self._idle()
         for worker in self.workers.values():
             due = self.processes.due(worker)
@@ -234,8 +206,8 @@ class Engine(Driver):
             due = start + self.budget
             if worker.dumped != index:
                 due -= self.dump_lead
-            if steal and self._holds_back(worker):
-                due = min(due, start + self._steal_after())
+            if steal and schedule.holds_back(worker):
+                due = min(due, start + schedule.steal_after)
             if worker.drained is None:
                 due = min(due, start + _DRAIN_AFTER_S)
             earliest = min(earliest, due)
@@ -277,29 +249,16 @@ class Engine(Driver):
         if self._idle():
             self._steal(now)
 
-    def _steal_after(self) -> float:
-        return max(_STEAL_AFTER_S, 10 * (self.mean_item_s or 0.0))
-
     def _idle(self) -> bool:
         """Whether a worker has run dry with nothing left to hand it but what others hold."""
-        return (
-            not self.ledger.queue
-            and not self.ledger.retry
-            and any(w.phase is SERVING and not w.sent for w in self.workers.values())
-        )
-
-    @staticmethod
-    def _holds_back(worker: Worker) -> bool:
-        """Whether items wait in ``worker`` behind the one it runs, which could be taken back."""
-        return len(worker.sent) > 1 and worker.current() is not None and worker.phase is SERVING
+        ledger = self.ledger
+        return self.schedule.idle(self.workers.values(), len(ledger.queue), len(ledger.retry))
 
     def _steal(self, now: float) -> None:
         """Take back the items queued behind a long item, for a worker that has run dry."""
-        after = self._steal_after()
-        for worker in list(self.workers.values()):
+        for worker in self.schedule.steal_from(list(self.workers.values()), now):
             current = worker.current()
-            if current is None or not self._holds_back(worker) or now < current[1] + after:
-                continue
+            assert current is not None
             index = current[0]
             # As at a deadline (see FENCE): fenced before we look for the answer, the worker
             # either answered already or starts nothing after this item.
@@ -426,8 +385,7 @@ class Engine(Driver):
             read_bounded(worker.fds["stack_r"], STACK_LIMIT)
             worker.dumped = None
         self.fruitless_deaths = 0
-        mean = self.mean_item_s
-        self.mean_item_s = wall if mean is None else 0.8 * mean + 0.2 * wall
+        self.schedule.timed(wall)
         if not (size or output_size or dropped or leaked or drained):
             # The common case, an OK float carried in the frame itself: a fast scorer's
             # whole answer comes to this one call (see ok_outcome).
@@ -486,7 +444,3 @@ def _inherited() -> list[int]:
     with _ENGINES_LOCK:
         engines = list(_ENGINES)
     return [fd for engine in engines for fd in engine._descriptors()]
-
-
-def _sent_count(worker: Worker) -> int:
-    return len(worker.sent)

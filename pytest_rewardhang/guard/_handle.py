@@ -158,9 +158,23 @@ class Worker:
         """Whether the zygote was asked to kill it (KILLING or KILLED)."""
         return self.phase is KILLING or self.phase is KILLED
 
+    # --- as the scheduling policy sees it (see _schedule.Seen) -------------------------------
+
     @property
     def serving(self) -> bool:
         return self.phase is SERVING
+
+    @property
+    def held(self) -> int:
+        return len(self.sent)
+
+    @property
+    def retrying(self) -> bool:
+        return bool(self.retries)
+
+    @property
+    def writing(self) -> bool:
+        return bool(self.unsent)
 
     def owed_since(self) -> float | None:
         """Since when the zygote owes word of this worker: of its kill, or of its end."""
