@@ -18,12 +18,12 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 - ``_proctree``: finding, killing and reaping a process's descendants through ``/proc``;
 - ``_contain``: a PID namespace around the guarded process, so nothing outlives the call;
 - ``_spec``: importing a callable from ``pkg.mod:attr`` or ``path/file.py:attr``;
-- ``_pool``: :class:`Pool`; behind it ``_driver`` (which thread drives, the inbox, close),
-  ``_engine`` (the loop: per-item deadlines, kills, answers, deaths), ``_processes`` (the
-  zygote and its workers: start, kill, replace), ``_ledger``
-  (items to futures, cancel, finish, retries), ``_handle`` (the caller's handle on a worker)
-  and ``_answers`` (outcomes of answers and deaths); ``_launch``: how its workers come to
-  exist; ``_zygote`` and ``_worker``: the pool's two kinds of process.
+- ``_pool``: :class:`Pool` (its docstring draws how an item goes through it); behind it
+  ``_driver`` (which thread drives, the inbox, close), ``_engine`` (the loop: deadlines,
+  kills, steals), ``_ledger`` (items to futures, cancel, finish, retries), ``_schedule`` (the
+  scheduling policy), ``_handle`` (a worker's handle and its phases), ``_processes`` (the
+  zygote and its workers) and ``_answers`` (answers, output, deaths); ``_launch``: how its
+  workers come to exist; ``_zygote`` and ``_worker``: the pool's two kinds of process.
 """
 
 from ._launch import PoolError

@@ -1,20 +1,32 @@
-"""What a worker's answer, or its death, makes of the item it was running: an :class:`Outcome`.
+"""What the workers say, and what it makes of their items: answers, output, deaths.
 
-Runs in the caller, on the loop's thread, except for :func:`decode_aside`'s large answers.
+:class:`Answers` reads each worker's result pipe (and a long item's output, as it comes) and
+accounts for its death; the functions make an :class:`Outcome` of an answer or a death. Runs
+in the caller, on the loop's thread, except for :func:`decode_aside`'s large answers.
 """
 
 from __future__ import annotations
 
+import os
+import select
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ._contain import containment
 from ._driver import said
-from ._handle import Worker
-from ._ledger import Decoded
-from ._outcome import Outcome, Status
+from ._handle import DEAD, NEXT, Watched, Worker
+from ._launch import PoolError
+from ._ledger import Decoded, Ledger
+from ._outcome import Mechanism, Outcome, Status, ok_outcome
+from ._processes import Processes
+from ._schedule import Schedule
 from ._wire import (
+    CHUNK,
     OUTPUT_LIMIT,
+    RETIRED,
     STACK_LIMIT,
     common_fields,
     decode,
@@ -22,10 +34,15 @@ from ._wire import (
     outcome_from_frame,
     output_text,
     read_bounded,
+    result_frames,
     unpickle_failed,
 )
 
 _OK = Status.OK
+_FORK = Mechanism.FORK
+#: An answer's pickle over this many bytes is decoded beside the loop, not in it: see
+#: decode_aside.
+_ASIDE_OVER = 256 * 1024
 
 
 def answer_outcome(
@@ -108,6 +125,176 @@ def death_outcome(
         leaked=leaked,
         **common_fields(wall, cpu - worker.cpu_base, rss, output, budget),
     )
+
+
+class Answers:
+    """What the workers say, read and accounted for: answers, output as it comes, deaths.
+
+    Only the driving thread's. Each answer finishes its item in the ledger (or is decoded
+    aside, and handed back through the inbox); each death ends the item running, sends the
+    rest back for a retry, and has the worker replaced.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        budget: float,
+        objects: bool,
+        ledger: Ledger,
+        schedule: Schedule,
+        processes: Processes,
+        watched: Watched,
+        hand_in: Callable[[Decoded], None],
+    ) -> None:
+        self.size = size
+        self.budget = budget
+        #: Unpickle results that are not plain data: see _wire.decode.
+        self.objects = objects
+        self.ledger = ledger
+        self.schedule = schedule
+        self.processes = processes
+        self.watched = watched
+        #: Weak: the driver's method, held strongly, would be a reference cycle and keep a
+        #: closed pool (and its scorer) alive until the cyclic GC ran.
+        self.hand_in = weakref.WeakMethod(hand_in)
+        #: Workers that died in a row before they took an item.
+        self.fruitless_deaths = 0
+
+    def _hand_in(self, decoded: Decoded) -> None:
+        """From a decoding thread: hand the outcome to the loop, if the pool is still there."""
+        hand_in = self.hand_in()
+        if hand_in is not None:
+            hand_in(decoded)
+
+    def read(self, worker: Worker) -> None:
+        """Read ``worker``'s answers, and finish their items."""
+        worker.receive()
+        frames, consumed = result_frames(worker.inbuf)
+        for fields, at in frames:
+            if worker.lost is not None:
+                break  # what it sent made no sense: nothing more from it is believed
+            self._answered(worker, fields, worker.inbuf, at)
+        if consumed:
+            del worker.inbuf[:consumed]
+
+    def drain(self, worker: Worker, current: tuple[int, float] | None) -> None:
+        """Read what ``worker``'s long item wrote to its output so far: see _engine._DRAIN_AFTER_S.
+
+        Its answers first: what is in the pipe after the item's answer is the next item's,
+        for the worker to read. (Only a caller held up between the two reads, while the worker
+        answers and starts the next item, takes the first output of that item for this one's.)
+        """
+        self.read(worker)
+        if current is None or worker.current() != current or worker.phase is DEAD:
+            return  # it answered, with what was read of its output here
+        fd = worker.fds["output_r"]
+        if worker.drained is None:
+            worker.drained = (b"", 0)
+            self.watched.register(fd, "output", worker, select.POLLIN)
+        try:
+            chunk = os.read(fd, CHUNK)  # one read a wake: a flood never holds up the loop
+        except BlockingIOError:
+            return
+        if not chunk:  # no writer left: it is dying, and poll() would report that forever
+            self.watched.unregister(fd)
+            return
+        worker.drained = after(worker.drained, chunk, 0)
+
+    def _answered(
+        self, worker: Worker, fields: tuple[Any, ...], buffer: bytearray, at: int
+    ) -> None:
+        (
+            _,
+            size,
+            output_size,
+            dropped,
+            index,
+            leaked,
+            wall,
+            cpu,
+            cpu_total,
+            end,
+            rss,
+            leaving,
+            number,
+        ) = fields
+        sent = worker.sent
+        if not sent or sent[0][0] != index or sent[0][1] is None:
+            # Not the item it is running: something in the call wrote on the result pipe.
+            # The worker goes; the item it was running is its own, a crash, never the batch.
+            worker.lost = (
+                "the worker's result pipe carried something other than this item's answer "
+                "(the call wrote on the worker's pipe), so the worker was killed"
+            )
+            current = worker.current()
+            if current is not None and not worker.killed:
+                self.processes.kill(worker, current[0], time.monotonic())
+            return
+        sent.popleft()
+        drained = worker.take_drained(self.watched)
+        if worker.retries:
+            worker.retries.discard(index)
+        if leaving:  # it retires now: nothing it holds will start
+            self.ledger.retry.extend(worker.take_back(self.watched, keep=0))
+        elif index == worker.fenced:
+            # It may have read the fence after this answer, and retired without a word.
+            worker.after_fence = sent[0][0] if sent else NEXT
+        self.processes.replaced = 0
+        # The worker's clock, but the call may have forged the frame: a time to come (or NaN)
+        # would put the next item's deadline out of reach.
+        now = time.monotonic()
+        worker.last_end = end if end <= now else now
+        worker.cpu_base = cpu_total
+        if worker.dumped == index:  # the dump came just before it finished: drop it
+            read_bounded(worker.fds["stack_r"], STACK_LIMIT)
+            worker.dumped = None
+        self.fruitless_deaths = 0
+        self.schedule.timed(wall)
+        if not (size or output_size or dropped or leaked or drained):
+            # The common case, an OK float carried in the frame itself: a fast scorer's
+            # whole answer comes to this one call (see ok_outcome).
+            outcome = ok_outcome(number, wall, cpu, rss / 1024, self.budget, _FORK, containment())
+        elif size > _ASIDE_OVER and not self.objects:
+            data = bytes(buffer[at : at + output_size + size])
+            decode_aside(index, fields, data, drained, self.budget, self._hand_in)
+            return
+        else:
+            outcome = answer_outcome(fields, buffer, at, drained, self.budget, self.objects)
+        self.ledger.finish(index, outcome)
+
+    def died(self, worker: Worker, status: int, cpu: float, rss: float, leaked: int) -> None:
+        """Account for a dead worker's items: the running one ends, the rest go back."""
+        self.read(worker)
+        now = time.monotonic()
+        current = worker.current()
+        back = [entry[0] for entry in worker.sent]
+        # It left between items on its own: fenced (the item after the fenced one never
+        # started), or its state could not be put back (its answer said so, and what it held
+        # went back then). Any other item that exits with that code, exited itself.
+        retired = status >= 0 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == RETIRED
+        if current is not None and self.ledger.remaining:
+            index = current[0]
+            back.pop(0)
+            if not worker.never_started(index, retired):
+                drained = worker.take_drained(self.watched)
+                outcome = death_outcome(
+                    worker, current, now, status, cpu, rss, leaked, drained, self.budget
+                )
+                self.ledger.finish(index, outcome)
+            else:
+                # Killed for an item that answered at the deadline, or retired after one: the
+                # fence kept this one from starting. It goes out again.
+                back.insert(0, index)
+        elif not worker.killed and not retired:
+            self.fruitless_deaths += 1
+        self.ledger.retry.extendleft(reversed(back))
+        self.processes.forget(worker)
+        if self.processes.stopped:
+            return
+        if self.fruitless_deaths > 4 * self.size:
+            raise PoolError("workers keep dying before they take an item")
+        if not worker.killed or self.processes.zygote is None:  # else requested at the kill
+            self.processes.to_spawn += 1
 
 
 def after(drained: tuple[bytes, int] | None, output: bytes, dropped: int) -> tuple[bytes, int]:

@@ -1,4 +1,4 @@
-"""The pool's loop: handing out work, per-item deadlines, kills, answers, deaths, respawns.
+"""The pool's loop: handing out work, per-item deadlines, stack dumps, kills, steals.
 
 One loop waits in ``poll()`` on the workers' result pipes (and the zygote's socket, and the
 driver's eventfd) with the earliest deadline as its timeout; whichever thread holds the turn
@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import select
 import signal
 import threading
 import time
@@ -18,32 +17,17 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ._answers import after, answer_outcome, death_outcome, decode_aside
-from ._contain import containment
+from ._answers import Answers
 from ._driver import CLOSED, Driver
-from ._handle import DEAD, NEXT, STARTING, Worker
+from ._handle import DEAD, STARTING, Worker
 from ._interrupts import hold, let_in, release
 from ._launch import START_TIMEOUT_S, PoolError, Zygote
 from ._ledger import Batch
-from ._outcome import Mechanism, ok_outcome
 from ._processes import Processes
 from ._schedule import Schedule
-from ._wire import (
-    CHUNK,
-    DUMP_SIGNAL,
-    RETIRED,
-    STACK_LIMIT,
-    Warmup,
-    dump_lead,
-    read_bounded,
-    result_frames,
-    task_header,
-)
+from ._wire import DUMP_SIGNAL, Warmup, dump_lead, task_header
 
 _FOREVER_S = 1e9
-#: An answer's pickle over this many bytes is decoded beside the loop, not in it: see
-#: _answers.decode_aside.
-_ASIDE_OVER = 256 * 1024
 #: poll()'s longest timeout, in ms (a C int); any budget works.
 _MAX_POLL_MS = 1 << 30
 #: An item's output waits in its 1 MiB pipe for the worker, which reads it when the item ends;
@@ -51,8 +35,6 @@ _MAX_POLL_MS = 1 << 30
 #: subprocess writing more than the pipe holds to fd 1 (which must stay blocking for them)
 #: waited in write() until the deadline, and was reported a hang.
 _DRAIN_AFTER_S = 0.05
-
-_FORK = Mechanism.FORK
 
 #: Every engine alive in this process, for the descriptors a closure's zygote must not keep.
 _ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
@@ -69,20 +51,30 @@ class Engine(Driver):
         memory_mb: float | None,
         max_pending: int,
         warmup: Warmup = None,
+        objects: bool = False,
     ) -> None:
         super().__init__(budget, max_pending)
         self.budget = budget
         #: When, before an item's deadline, its stack is dumped: fixed per pool, read per poll.
         self.dump_lead = dump_lead(budget)
-        #: Unpickle results that are not plain data: see _wire.decode.
-        self.objects = False
         self.size = workers
         self.processes = Processes(workers, memory_mb, warmup, self.watched, _inherited)
         #: The workers by id: the processes' own dict, never replaced.
         self.workers = self.processes.workers
-        self.fruitless_deaths = 0
         #: Who gets which items, and whose are taken back: see _schedule.
         self.schedule = Schedule(workers)
+        self.answers = answers = Answers(
+            workers,
+            budget,
+            objects,
+            self.ledger,
+            self.schedule,
+            self.processes,
+            self.watched,
+            self.hand_in,
+        )
+        #: Accounts for a worker's death, reported or presumed: see Processes.check.
+        self._died = answers.died
         with _ENGINES_LOCK:
             _ENGINES.add(self)
 
@@ -109,7 +101,7 @@ class Engine(Driver):
             with let_in():
                 events = self.watched.poller.poll(min(math.ceil(left * 1000), _MAX_POLL_MS))
             self._handle(events)
-            self.processes.check(time.monotonic(), self._on_death)
+            self.processes.check(time.monotonic(), self._died)
             self.processes.respawn()
 
     # --- the loop ----------------------------------------------------------------------------
@@ -217,7 +209,7 @@ class Engine(Driver):
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
-        if self.processes.check(now, self._on_death):
+        if self.processes.check(now, self._died):
             return
         for worker in list(self.workers.values()):
             current = worker.current()
@@ -225,7 +217,7 @@ class Engine(Driver):
                 continue
             index, start = current
             if worker.drained is None and now >= start + _DRAIN_AFTER_S:
-                self._drain(worker, current)
+                self.answers.drain(worker, current)
                 if worker.current() != current or worker.phase is DEAD or worker.killed:
                     continue
             if now < start + self.budget - self.dump_lead:
@@ -234,7 +226,7 @@ class Engine(Driver):
                 # Before looking for its answer: see FENCE. From here the worker either
                 # answered already (and we see it) or starts nothing after this item.
                 worker.fence(index)
-            self._read_results(worker)  # it may have answered since the poll returned
+            self.answers.read(worker)  # it may have answered since the poll returned
             if worker.current() != current or worker.phase is DEAD:
                 continue
             if worker.dumped != index:
@@ -263,7 +255,7 @@ class Engine(Driver):
             # As at a deadline (see FENCE): fenced before we look for the answer, the worker
             # either answered already or starts nothing after this item.
             worker.fence(index)
-            self._read_results(worker)
+            self.answers.read(worker)
             if worker.current() != current or worker.phase is DEAD:
                 continue  # it answered: what it does next, it may have started
             self._take_back(worker, keep=1)
@@ -286,10 +278,10 @@ class Engine(Driver):
             kind, worker = entry
             if kind == "result":
                 assert worker is not None
-                self._read_results(worker)
+                self.answers.read(worker)
             elif kind == "output":
                 assert worker is not None
-                self._drain(worker, worker.current())
+                self.answers.drain(worker, worker.current())
             elif kind == "task":
                 assert worker is not None
                 worker.write(self.watched)
@@ -298,139 +290,10 @@ class Engine(Driver):
                 self.watched.unregister(fd)
                 worker.gone_at = time.monotonic()
             elif kind == "zygote" and self.zygote is not None:
-                self.processes.messages(self._on_death)
+                self.processes.messages(self._died)
             elif kind == "wake":
                 with contextlib.suppress(BlockingIOError):
                     os.eventfd_read(fd)
-
-    def _read_results(self, worker: Worker) -> None:
-        worker.receive()
-        frames, consumed = result_frames(worker.inbuf)
-        for fields, at in frames:
-            if worker.lost is not None:
-                break  # what it sent made no sense: nothing more from it is believed
-            self._answered(worker, fields, worker.inbuf, at)
-        if consumed:
-            del worker.inbuf[:consumed]
-
-    def _drain(self, worker: Worker, current: tuple[int, float] | None) -> None:
-        """Read what ``worker``'s long item wrote to its output so far: see _DRAIN_AFTER_S.
-
-        Its answers first: what is in the pipe after the item's answer is the next item's,
-        for the worker to read. (Only a caller held up between the two reads, while the worker
-        answers and starts the next item, takes the first output of that item for this one's.)
-        """
-        self._read_results(worker)
-        if current is None or worker.current() != current or worker.phase is DEAD:
-            return  # it answered, with what was read of its output here
-        fd = worker.fds["output_r"]
-        if worker.drained is None:
-            worker.drained = (b"", 0)
-            self.watched.register(fd, "output", worker, select.POLLIN)
-        try:
-            chunk = os.read(fd, CHUNK)  # one read a wake: a flood never holds up the loop
-        except BlockingIOError:
-            return
-        if not chunk:  # no writer left: it is dying, and poll() would report that forever
-            self.watched.unregister(fd)
-            return
-        worker.drained = after(worker.drained, chunk, 0)
-
-    def _answered(
-        self, worker: Worker, fields: tuple[Any, ...], buffer: bytearray, at: int
-    ) -> None:
-        (
-            _,
-            size,
-            output_size,
-            dropped,
-            index,
-            leaked,
-            wall,
-            cpu,
-            cpu_total,
-            end,
-            rss,
-            leaving,
-            number,
-        ) = fields
-        sent = worker.sent
-        if not sent or sent[0][0] != index or sent[0][1] is None:
-            # Not the item it is running: something in the call wrote on the result pipe.
-            # The worker goes; the item it was running is its own, a crash, never the batch.
-            worker.lost = (
-                "the worker's result pipe carried something other than this item's answer "
-                "(the call wrote on the worker's pipe), so the worker was killed"
-            )
-            current = worker.current()
-            if current is not None and not worker.killed:
-                self.processes.kill(worker, current[0], time.monotonic())
-            return
-        sent.popleft()
-        drained = worker.take_drained(self.watched)
-        if worker.retries:
-            worker.retries.discard(index)
-        if leaving:  # it retires now: nothing it holds will start
-            self._take_back(worker, keep=0)
-        elif index == worker.fenced:
-            # It may have read the fence after this answer, and retired without a word.
-            worker.after_fence = sent[0][0] if sent else NEXT
-        self.processes.replaced = 0
-        # The worker's clock, but the call may have forged the frame: a time to come (or NaN)
-        # would put the next item's deadline out of reach.
-        now = time.monotonic()
-        worker.last_end = end if end <= now else now
-        worker.cpu_base = cpu_total
-        if worker.dumped == index:  # the dump came just before it finished: drop it
-            read_bounded(worker.fds["stack_r"], STACK_LIMIT)
-            worker.dumped = None
-        self.fruitless_deaths = 0
-        self.schedule.timed(wall)
-        if not (size or output_size or dropped or leaked or drained):
-            # The common case, an OK float carried in the frame itself: a fast scorer's
-            # whole answer comes to this one call (see ok_outcome).
-            outcome = ok_outcome(number, wall, cpu, rss / 1024, self.budget, _FORK, containment())
-        elif size > _ASIDE_OVER and not self.objects:
-            data = bytes(buffer[at : at + output_size + size])
-            decode_aside(index, fields, data, drained, self.budget, self.hand_in)
-            return
-        else:
-            outcome = answer_outcome(fields, buffer, at, drained, self.budget, self.objects)
-        self.ledger.finish(index, outcome)
-
-    def _on_death(self, worker: Worker, status: int, cpu: float, rss: float, leaked: int) -> None:
-        """Account for a dead worker's items: the running one ends, the rest go back."""
-        self._read_results(worker)
-        now = time.monotonic()
-        current = worker.current()
-        back = [entry[0] for entry in worker.sent]
-        # It left between items on its own: fenced (the item after the fenced one never
-        # started), or its state could not be put back (its answer said so, and what it held
-        # went back then). Any other item that exits with that code, exited itself.
-        retired = status >= 0 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == RETIRED
-        if current is not None and self.ledger.remaining:
-            index = current[0]
-            back.pop(0)
-            if not worker.never_started(index, retired):
-                drained = worker.take_drained(self.watched)
-                outcome = death_outcome(
-                    worker, current, now, status, cpu, rss, leaked, drained, self.budget
-                )
-                self.ledger.finish(index, outcome)
-            else:
-                # Killed for an item that answered at the deadline, or retired after one: the
-                # fence kept this one from starting. It goes out again.
-                back.insert(0, index)
-        elif not worker.killed and not retired:
-            self.fruitless_deaths += 1
-        self.ledger.retry.extendleft(reversed(back))
-        self.processes.forget(worker)
-        if self.processes.stopped:
-            return
-        if self.fruitless_deaths > 4 * self.size:
-            raise PoolError("workers keep dying before they take an item")
-        if not worker.killed or self.zygote is None:  # else requested at the kill
-            self.processes.to_spawn += 1
 
     def _stop(self) -> None:
         if self.closed:

@@ -128,8 +128,9 @@ class Worker:
         #: retires, that item never started.
         self.fenced: int | None = None
         self.after_fence: int | None = None
-        #: While the caller reads the current item's output as it comes (see _DRAIN_AFTER_S):
-        #: the bytes it kept so far (up to OUTPUT_LIMIT) and how many more it dropped.
+        #: While the caller reads the current item's output as it comes (see
+        #: _engine._DRAIN_AFTER_S): the bytes it kept so far (up to OUTPUT_LIMIT) and how many
+        #: more it dropped.
         self.drained: tuple[bytes, int] | None = None
 
     def current(self) -> tuple[int, float] | None:

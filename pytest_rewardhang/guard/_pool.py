@@ -4,14 +4,40 @@ Workers are forked from a zygote (see :mod:`._zygote`) that imported the scorer 
 interpreter, so their cost does not depend on the caller's size or threads (how each comes to
 exist, from the zygote or from the caller, is :mod:`._launch`'s). Each worker answers
 every item before it starts the next one, which lets the caller know at all times which item a
-worker is running and since when. Here: the public :class:`Pool`. Behind it:
+worker is running and since when. Here: the public :class:`Pool`. How an item goes through it
+(drawn as CPython's ``concurrent/futures/process.py`` draws its own)::
 
-- :mod:`._driver`: which thread drives the loop, the inbox other threads hand work through,
+    any thread            |  the thread that drives the loop       |  processes
+                          |                                        |
+    map()    --> Batch  --+-> inbox --> Ledger                     |
+    submit() --> Future --+   (and a     queue, retry              |
+    asubmit() awaits one  |   wake-up)     |   ^                   |
+                          |                |   | taken back        |
+                          |      Schedule: who gets how many       |
+                          |                v   |                   |
+                          |              Engine --- task frames ---+--> worker
+                          |              poll() <-- answers -------+--- worker
+    Batch.results,     <--+-- finish <-- deadlines: fence, dump,   |      ^
+    Future.set_result     |              kill; deaths              |      | fork, kill,
+                          |                |   ^                   |      | reap
+                          |              Processes --- requests ---+--> zygote
+                          |                    <------ reports ----+---
+
+An item is queued, handed to a worker (its frame written into the worker's task pipe; its
+deadline starts when the worker starts it, once the item before it answered), and ends in one
+of these ways: answered; killed at its deadline (TIMEOUT); its worker died under it; its
+future cancelled before it started; the pool closed (ERROR). An item a worker held but never
+started (queued behind a hang, or after a fenced item) goes to ``retry`` and out again.
+
+- :mod:`._driver`: which thread drives the loop, the inbox the others hand work through,
   closing from any thread;
-- :mod:`._engine`: the loop (``poll()``, deadlines, kills, answers, deaths, respawns);
+- :mod:`._engine`: the loop: ``poll()``, deadlines, stack dumps, kills, steals;
 - :mod:`._ledger`: items to their batches and futures, cancelling, finishing, retries;
-- :mod:`._handle`: the caller's handle on one worker; :mod:`._answers`: outcomes of answers
-  and deaths.
+- :mod:`._schedule`: the scheduling policy, a pure object: handing out, taking back;
+- :mod:`._handle`: the caller's handle on one worker, and the phases it goes through;
+- :mod:`._processes`: the zygote and its workers: starting, killing, replacing them;
+- :mod:`._answers`: what the workers say (answers, output as it comes, deaths) and the
+  outcomes it makes of their items.
 """
 
 from __future__ import annotations
@@ -94,8 +120,8 @@ class Pool:
         # one that comes as the signals are let in again, at the end, finds the finalizer set.
         held = hold()
         try:
-            engine = self._engine = Engine(workers, float(budget), memory_mb, max_pending, warm)
-            engine.objects = objects
+            engine = Engine(workers, float(budget), memory_mb, max_pending, warm, objects)
+            self._engine = engine
             try:
                 engine.start(fn)
             except BaseException:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -661,6 +662,30 @@ def test_garbage_collection_closes_the_pool(launch: Launch) -> None:
     processes = list(set(worker_pids)) + list(children())
     del pool
     gc.collect()
+    assert_dead(processes)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_dropped_pool_lets_go_of_its_scorer_without_the_cycle_collector() -> None:
+    # Nothing the pool's parts hold refers back to them: with its last reference gone the pool
+    # closes and its scorer (with whatever a closure keeps) is freed at once, not at a cyclic
+    # collection that a large caller may not run for a long time.
+    class Scorer:  # a local class: served by workers forked from the caller, which keeps it
+        def __call__(self) -> int:
+            return os.getpid()
+
+    scorer = Scorer()
+    alive = weakref.ref(scorer)
+    gc.disable()
+    try:
+        pool = Pool(scorer, workers=2, budget=BUDGET)
+        del scorer
+        worker_pids = [o.value for o in pool.map([()] * 4)]
+        processes = list(set(worker_pids)) + list(children())
+        del pool
+        assert alive() is None
+    finally:
+        gc.enable()
     assert_dead(processes)
 
 
