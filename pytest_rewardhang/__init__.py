@@ -3,7 +3,7 @@
 from typing import TYPE_CHECKING, Any
 
 from ._decorator import scorer
-from .guard import CallFailed, Mechanism, Outcome, Pool, Status, guarded, run
+from .guard import CallFailed, Mechanism, Outcome, Pool, PoolError, SpecError, Status, guarded, run
 
 if TYPE_CHECKING:
     from .check._scorers import ScorerSpec
@@ -15,7 +15,9 @@ __all__ = [
     "Mechanism",
     "Outcome",
     "Pool",
+    "PoolError",
     "ScorerSpec",
+    "SpecError",
     "Status",
     "__version__",
     "guarded",

@@ -8,6 +8,13 @@ and family its assertions are about.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
+import pytest
+
+import pytest_rewardhang
+
 #: Every scorer the tests need, each showing one behaviour; a run checks only those it names.
 #: The first line is an import, so the file's line numbers are those of this text.
 SCORERS = '''\
@@ -117,3 +124,25 @@ def fast(*, deadline: float, max_chars: int, family: str | None = None) -> list[
 def scorer_args(*names: str) -> list[str]:
     """Register the named scorers of :data:`SCORERS` on the command line."""
     return [f"--reward-hang-scorer=scorers.py:{name}" for name in names]
+
+
+#: A check run serially and on two pytest-xdist workers; the xdist run is in the slow tier.
+XDIST = pytest.mark.parametrize(
+    "xdist",
+    [pytest.param([], id="serial"), pytest.param(["-n", "2"], id="xdist", marks=pytest.mark.slow)],
+)
+
+
+def usage(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """pytest run in this process, for a run that ends at a usage error before any scorer is
+    imported or called: the same exit code and stderr as a subprocess, in a tenth of the time.
+    """
+    return pytester.runpytest_inprocess(*args)
+
+
+# Every module of the plugin, imported when the tests are collected: pytester drops the modules
+# that a test or a run imported when it ends, and a module imported again brings classes of its
+# own (an exception raised by one copy and caught as the other's escapes as an internal error);
+# imported before any test, they stay.
+for _module in pkgutil.walk_packages(pytest_rewardhang.__path__, "pytest_rewardhang."):
+    importlib.import_module(_module.name)

@@ -12,6 +12,9 @@ import pytest
 
 from pytest_rewardhang.guard import Status
 
+# Each runs a benchmark's --quick or --dry mode end to end: seconds to a minute apiece.
+pytestmark = pytest.mark.slow
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 BENCH = BENCHMARKS / "bench_guard.py"
 

@@ -1,6 +1,8 @@
-"""The docs stay true to the code: options, links, and every fenced block in README.md and docs/.
+"""The docs stay true to the code: options, links, and every fenced block in the pages.
 
-Every fence in ``README.md`` and ``docs/*.md`` is found by parsing the Markdown and is one test,
+The pages are ``README.md``, ``docs/*.md`` and ``benchmarks/README.md`` (the benchmarks' full
+reports, which the README's headline tables sum up). Every fence in them is found by parsing the
+Markdown and is one test,
 ``test_block[<page>:<line of its opening fence>]``, e.g. ``test_block[README.md:4]``. A block
 either runs (or is checked, by its language, below) or is skipped by a marker in the page that
 states why. ``test_blocks_are_found`` fails when the parser finds fewer blocks than the pages
@@ -10,9 +12,9 @@ is not directly above a fence; so nothing here can pass by checking nothing.
 Markers are HTML comments (invisible when rendered) on the line directly above the fence:
 
 ``<!-- docs-test: skip: REASON -->``
-    not run; REASON (a few words at least) says why, in the page itself. At most
-    ``MAX_SKIPPED`` blocks of code may be skipped; a ``text`` drawing (not output) is skipped
-    this way too, saying what it is.
+    not run; REASON (a few words at least) says why, in the page itself. Each page may skip at
+    most its ``MAX_SKIPPED`` blocks of code (none, for a page not listed there); a ``text``
+    drawing (not output) is skipped this way too, saying what it is.
 ``<!-- docs-test: given: NAME, NAME -->``
     the block uses names or files the page leaves to the reader; each NAME is a key of
     ``GIVEN`` below, set up before the block runs (Python names in its namespace, files in its
@@ -101,7 +103,8 @@ pytestmark = pytest.mark.timeout(60)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+BENCHMARKS_PAGE = ROOT / "benchmarks" / "README.md"
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), BENCHMARKS_PAGE]
 #: The docs' stand-in for the path of a checkout of this repository.
 CHECKOUT_PLACEHOLDER = "/path/to/pytest-rewardhang"
 #: Seconds any one command may take (a page run as a sequence is bounded by its own budget).
@@ -146,11 +149,163 @@ def test_every_ini_key_is_in_the_reference(help_text: str) -> None:
     assert sorted(keys - documented) == []
 
 
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation but ``-`` and ``_``
+    dropped, spaces as ``-``, a repeated heading numbered."""
+    found: set[str] = set()
+    inside = False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if re.match(r"^ {0,3}(```|~~~)", line):
+            inside = not inside
+        heading = re.match(r"^#{1,6} (.*)$", line)
+        if inside or heading is None:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", heading[1].strip().lower()).replace(" ", "-")
+        anchor, repeat = slug, 0
+        while anchor in found:
+            repeat += 1
+            anchor = f"{slug}-{repeat}"
+        found.add(anchor)
+    return found
+
+
+def test_anchors_are_made_as_github_makes_them(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    text = "# A page\n## `Outcome`\n## What `run` guarantees\n## The JSON report (`--x-y`)\n"
+    text += "```text\n## not a heading\n```\n## Fixed\n## Fixed\n"
+    page.write_text(text, encoding="utf-8")
+    assert _anchors(page) == {
+        "a-page",
+        "outcome",
+        "what-run-guarantees",
+        "the-json-report---x-y",
+        "fixed",
+        "fixed-1",
+    }
+
+
+# --- the architecture page and the guard's reference say what the code does --------------------
+
+
+def architecture_channels() -> dict[str, str]:
+    """docs/architecture.md's table of channels: ``"channel (from -> to)"`` -> what crosses."""
+    rows = {}
+    for line in (DOCS / "architecture.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 3 and "->" in cells[1] and cells[0] != "channel":
+            rows[f"{cells[0]} ({cells[1]})"] = cells[2]
+    return rows
+
+
+def channel(rows: dict[str, str], start: str) -> str:
+    found = [what for name, what in rows.items() if name.startswith(start)]
+    assert len(found) == 1, f"architecture.md: {len(found)} rows for {start!r} in {list(rows)}"
+    return found[0]
+
+
+def backticked(text: str, after: str, before: str) -> list[str]:
+    """The names in backticks in ``text`` between ``after`` and the next ``before``."""
+    assert after in text, after
+    return re.findall(r"`(\w+)`", text.split(after, 1)[1].split(before, 1)[0])
+
+
+def test_the_architecture_page_says_what_crosses_each_pipe_as_the_wire_does() -> None:
+    from pytest_rewardhang.guard import NotStarted, _wire
+
+    rows = architecture_channels()
+    run_result = channel(rows, "run's result pipe")
+    assert f"`{_wire.HEADER.format}` (the magic `{_wire.MAGIC.decode()}`" in run_result
+    assert f"{_wire.OUTPUT_LIMIT >> 10} KiB (`OUTPUT_LIMIT`)" in channel(rows, "output pipe")
+    assert f"{_wire.STACK_LIMIT >> 20} MiB kept" in channel(rows, "stack pipe")
+    task = channel(rows, "task pipe")
+    assert f"`{_wire.TASK.format}`" in task
+    assert f"one `{_wire._INDEX.format}` index per item" in task
+    result = channel(rows, "result pipe (worker")
+    assert f"`{_wire.RESULT.format}`" in result
+    fields = backticked(result, "(`ResultFields`) are ", "; then")
+    assert fields == list(_wire.ResultFields._fields)
+    assert f"value is `{NotStarted.UNREADABLE.value}`" in result
+    fence = channel(rows, "fence")
+    assert f"`{_wire.FENCE.format}`" in fence
+    assert f"`RETIRED` ({_wire.RETIRED})" in fence
+    to_zygote = channel(rows, "control socket (`AF_UNIX`")
+    assert f"its length (`{_wire.CONFIG_SIZE.format}`)" in to_zygote
+    assert f"at most {_wire.CONFIG_PIECE >> 10} KiB" in to_zygote
+    assert f"worker id (`{_wire.WID.format}`)" in to_zygote
+    assert backticked(to_zygote, "in this order: ", "; `") == list(_wire.PIPE_ROLES)
+    from_zygote = channel(rows, "control socket (zygote")
+    assert f"(`{_wire.SPAWNED.format}`)" in from_zygote
+    assert f"(`{_wire.EXITED.format}`)" in from_zygote
+    # Every message kind, each in the row of the way it goes, and none that does not exist.
+    said = {
+        "caller": set(re.findall(r"`(\w)`", to_zygote)),
+        "zygote": set(re.findall(r"`(\w)`", from_zygote)),
+    }
+    kinds = {
+        "caller": {_wire.MSG_FORK, _wire.MSG_KILL, _wire.MSG_QUIT},
+        "zygote": {
+            _wire.MSG_READY,
+            _wire.MSG_ERROR,
+            _wire.MSG_WARMUP_FAILED,
+            _wire.MSG_FORKED,
+            _wire.MSG_KILLED,
+            _wire.MSG_REAPED,
+        },
+    }
+    every = {value for name, value in vars(_wire).items() if name.startswith("MSG_")}
+    assert every == kinds["caller"] | kinds["zygote"], "a message kind is missing here"
+    assert said == {way: {kind.decode() for kind in sent} for way, sent in kinds.items()}
+
+
+def test_the_architecture_tour_names_every_module() -> None:
+    import pkgutil
+
+    import pytest_rewardhang
+
+    page = (DOCS / "architecture.md").read_text()
+    tour = page.split("## A tour of the package", 1)[1]
+    sections = re.split(r"^(?:Top level \(`pytest_rewardhang/`\)|`(\w+)/`):$", tour, flags=re.M)
+    # A package's __init__ is named where it holds more than a docstring.
+    named = {
+        folder or "": set(re.findall(r"^- `(\w+)`:", text, flags=re.M)) - {"__init__"}
+        for folder, text in zip(sections[1::2], sections[2::2], strict=True)
+    }
+    root = Path(pytest_rewardhang.__file__).parent
+    on_disk = {}
+    for folder in ("", *(info.name for info in pkgutil.iter_modules([str(root)]) if info.ispkg)):
+        modules = pkgutil.iter_modules([str(root / folder)])
+        on_disk[folder] = {info.name for info in modules if not info.ispkg}
+    assert named == on_disk
+
+
+def test_every_exception_the_guard_exports_is_in_the_reference() -> None:
+    import pytest_rewardhang
+    import pytest_rewardhang.guard as guard
+
+    exported = {
+        name
+        for name, value in vars(guard).items()
+        if name in guard.__all__ and isinstance(value, type) and issubclass(value, BaseException)
+    }
+    assert {"CallFailed", "PoolError", "SpecError"} <= exported
+    assert exported <= set(pytest_rewardhang.__all__)
+    reference = (DOCS / "reference.md").read_text()
+    section = reference.split("## The guard's exceptions", 1)[1].split("\n## ", 1)[0]
+    assert set(re.findall(r"^\| `(\w+)`", section, flags=re.M)) == exported
+    for reason in guard.NotStarted:
+        assert f"`NotStarted.{reason.name}`" in section
+    for name in [*re.findall(r"`Outcome\.(\w+)", section), "not_started", "output_dropped"]:
+        assert hasattr(guard.Outcome, name), name
+
+
 def test_relative_links_resolve() -> None:
     for page in PAGES:
         prose = re.sub(r"`[^`\n]*`", "", page.read_text())  # a regex in code is not a link
-        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", prose):
-            assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
+        for target, anchor in re.findall(r"\]\(([^)#:]*)(?:#([^)]*))?\)", prose):
+            linked = (page.parent / target).resolve() if target else page
+            assert linked.exists(), f"{page.name}: broken link {target}"
+            if anchor and linked.suffix == ".md":
+                assert anchor in _anchors(linked), f"{page.name}: no #{anchor} in {target}"
     readme = (ROOT / "README.md").read_text()
     for name in ("tutorial", "howto", "reference", "explanation", "ci"):
         assert f"docs/{name}.md" in readme
@@ -718,11 +873,11 @@ def assert_shape(documented: Any, real: Any, where: str) -> None:
 
 PARSED = {page.relative_to(ROOT).as_posix(): parse_page(page) for page in PAGES}
 BLOCKS = [block for page in PARSED.values() for block in page.blocks]
-#: Skipped blocks of code (text and yaml aside): keep this set small and every reason honest.
-#: Eight are benchmarks' full runs (minutes each; tests/test_benchmarks.py makes the --quick or
-#: --dry runs of six), one the test command itself, one Ray's driver (tests/adapters/test_ray.py
-#: runs that block on a cluster).
-MAX_SKIPPED = 10
+#: Skipped blocks of code (text and yaml aside) a page may have; any other page, none. Keep these
+#: small and every reason honest. README's is the test command itself; benchmarks/README.md's are
+#: the benchmarks' full runs (minutes each; tests/test_benchmarks.py makes the --quick or --dry
+#: runs of six); Ray's is its driver (tests/adapters/test_ray.py runs that block on a cluster).
+MAX_SKIPPED = {"README.md": 1, "benchmarks/README.md": 8, "docs/ray.md": 1}
 
 
 def test_blocks_are_found() -> None:
@@ -738,14 +893,37 @@ def test_blocks_are_found() -> None:
                 inside = not inside
         assert len(page.blocks) == opening, f"{name}: parsed {len(page.blocks)} of {opening}"
     assert len(BLOCKS) >= 40, len(BLOCKS)
-    assert len(PARSED["README.md"].blocks) >= 12
+    assert len(PARSED["README.md"].blocks) >= 8
+    assert len(PARSED["benchmarks/README.md"].blocks) >= 8
     assert len(PARSED["docs/tutorial.md"].blocks) >= 10
     run = [b for b in BLOCKS if b.lang in ("bash", "python")]
     assert len(run) >= 20, [b.id for b in run]
     # Drawings and trainer configuration cannot run; code that could must rarely be skipped.
-    skipped = [b.id for b in BLOCKS if "skip" in b.directives and b.lang not in ("text", "yaml")]
-    assert len(skipped) <= MAX_SKIPPED, skipped
+    for name, page in PARSED.items():
+        skipped = [
+            b.id for b in page.blocks if "skip" in b.directives and b.lang not in ("text", "yaml")
+        ]
+        assert len(skipped) <= MAX_SKIPPED.get(name, 0), skipped
     assert PARSED["docs/tutorial.md"].sequence
+
+
+def _benchmark_commands(text: str) -> set[str]:
+    """The benchmark commands a page quotes in its prose (as code spans)."""
+    return set(re.findall(r"`([^`\n]*benchmarks/bench_\w+\.py)`", text))
+
+
+def test_the_readme_heads_every_benchmark_with_its_command() -> None:
+    """Each benchmark's full report has its command as a block; the README's headline quotes
+    that command exactly, and links to that report."""
+    blocks = PARSED["benchmarks/README.md"].blocks
+    commands = {
+        b.text.strip() for b in blocks if b.lang == "bash" and "benchmarks/bench_" in b.text
+    }
+    assert len(commands) >= 8, commands
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert _benchmark_commands(readme) == commands
+    reports = set(re.findall(r"\(benchmarks/README\.md#([^)]+)\)", readme))
+    assert len(reports) >= len(commands), reports
 
 
 def test_markers_are_enforced() -> None:
@@ -864,12 +1042,7 @@ class Walk:
         return block.lang == "text" and "output" in block.directives
 
     def _previous_run(self, index: int) -> int:
-        for position in range(index - 1, -1, -1):
-            d = self.page.blocks[position].directives
-            runs = not ({"skip", "file", "append"} & set(d))
-            if self.page.blocks[position].lang in ("bash", "python") and runs:
-                return position
-        raise AssertionError(f"{self.page.blocks[index].id}: `output` of no block")
+        return previous_run(self.page, index)
 
     def _timeout(self) -> float:
         if self.budget is None:
@@ -1039,6 +1212,28 @@ def walks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Walk]:
     return made
 
 
+def previous_run(page: Page, index: int) -> int:
+    """The position of the block that an ``output`` block at ``index`` quotes."""
+    for position in range(index - 1, -1, -1):
+        d = page.blocks[position].directives
+        runs = not ({"skip", "file", "append"} & set(d))
+        if page.blocks[position].lang in ("bash", "python") and runs:
+            return position
+    raise AssertionError(f"{page.blocks[index].id}: `output` of no block")
+
+
+def _slow(block: Block) -> bool:
+    """A block of a page run as a sequence (a tutorial's install and runs), one run in the
+    checkout (README's main job), or the output of one: minutes each, in the slow tier."""
+    page = PARSED[block.page]
+    if page.sequence or "checkout" in block.directives:
+        return True
+    if "output" not in block.directives:
+        return False
+    quoted = page.blocks[previous_run(page, page.blocks.index(block))]
+    return "checkout" in quoted.directives
+
+
 def _timeout(block: Block) -> float:
     page = PARSED[block.page]
     if page.sequence:
@@ -1053,6 +1248,7 @@ def _timeout(block: Block) -> float:
             block,
             id=block.id,
             marks=[pytest.mark.timeout(_timeout(block))]
+            + ([pytest.mark.slow] if _slow(block) else [])
             + (
                 [pytest.mark.skip(reason=block.directives["skip"])]
                 if "skip" in block.directives

@@ -2,9 +2,9 @@
 
 The rule (``docs/architecture.md`` says why): ``guard`` imports the standard library and itself
 only; ``corpus`` may import ``guard``; ``check`` may import ``corpus`` and ``guard``; ``adapters``
-import ``guard`` only; nothing imports ``plugin``, and nothing outside ``adapters`` imports
-``adapters``. The top-level modules (the public surface) may import any subpackage but that one;
-the subpackages never import them.
+import ``guard``'s public API only; nothing imports ``plugin``, and nothing outside ``adapters``
+imports ``adapters``. The top-level modules (the public surface) may import any subpackage but
+that one; the subpackages never import them.
 
 Module lists come from walking the package, never from literal names: after a rename, "X was not
 imported" would pass for an X that no longer exists. Each layering rule is checked twice:
@@ -53,6 +53,9 @@ LAYERS: dict[str, frozenset[str]] = {
 STDLIB_ONLY = frozenset({"guard"})
 #: Nothing imports these: ``plugin`` is pytest's entry point, ``adapters`` the trainer's.
 UNIMPORTED = frozenset({"plugin", "adapters"})
+#: Subpackages that may import only the public modules of the other subpackages: the adapters
+#: use the guard as a trainer's own code would.
+PUBLIC_ONLY = frozenset({"adapters"})
 
 
 # --- what the package holds -------------------------------------------------------------------
@@ -228,6 +231,11 @@ def static_problems(package: Package) -> list[str]:
                 allowed = ", ".join(sorted(LAYERS[layer]))
                 problems.append(
                     f"{edge.where()}: {layer} imports {edge.target}; {layer} may import {allowed}"
+                )
+            elif layer in PUBLIC_ONLY and target_layer != layer and not is_public(edge.target):
+                problems.append(
+                    f"{edge.where()}: {layer} imports {edge.target}; {layer} may import only "
+                    "the public modules of the others"
                 )
         if layer in STDLIB_ONLY:
             for edge in others:
@@ -563,6 +571,11 @@ BROKEN: dict[str, tuple[dict[str, str], str]] = {
     "corpus-brings-check": (
         {"corpus/_cases.py": "from layoutpkg.check import _items\n"},
         "layoutpkg.corpus._cases: importing it imports layoutpkg.check._items; corpus may import *",
+    ),
+    "adapters-import-a-private-guard-module": (
+        {"adapters/_shared.py": "from layoutpkg.guard import _run\n"},
+        "layoutpkg.adapters._shared:*: adapters imports layoutpkg.guard._run; adapters may "
+        "import only the public modules of the others",
     ),
     "adapters-import-corpus": (
         {"adapters/_shared.py": "from layoutpkg.corpus import _cases\n"},

@@ -22,12 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 # Absolute imports throughout the adapters: verl loads a custom reward file as a standalone
-# module ("custom_module_<hash>"), where relative imports fail.
-from pytest_rewardhang.guard import Outcome, Pool, PoolError, Status, run
-from pytest_rewardhang.guard._outcome import NOT_SHIPPED
-from pytest_rewardhang.guard._pool import _warmup
-from pytest_rewardhang.guard._run import _reraisable
-from pytest_rewardhang.guard._spec import SpecError, load_callable
+# module ("custom_module_<hash>"), where relative imports fail. The guard's public API only.
+from pytest_rewardhang.guard import Outcome, Pool, PoolError, SpecError, Status, load_callable, run
 
 log = logging.getLogger("pytest_rewardhang.adapters")
 
@@ -65,7 +61,7 @@ def warmup_key(warmup: Warmup) -> bytes | None:
     arguments in another order are the same warm-up."""
     if warmup is None:
         return None
-    warm = _warmup(warmup)
+    warm = Pool.check_warmup(warmup)
     if isinstance(warm, dict):
         warm = dict(sorted(warm.items()))
     return pickle.dumps(warm, protocol=pickle.HIGHEST_PROTOCOL)
@@ -156,10 +152,11 @@ def accepts(scorer: Scorer) -> Accepts:
         return known
     if isinstance(scorer, str):
         out = run(_parameters_of, (scorer,), budget=_PROBE_S)
+        if out.ok and isinstance(out.value, str):
+            reason = out.value  # the SpecError's message: it says what is wrong with the spec
+            raise ValueError(f"cannot read the signature of scorer {scorer!r}: {reason}")
         if not out.ok:
             reason = (out.error or out.describe()).strip().splitlines()[-1]
-            if reason.split(": ", 1)[0].endswith("SpecError"):
-                reason = reason.split(": ", 1)[1]  # already says what is wrong with the spec
             raise ValueError(f"cannot read the signature of scorer {scorer!r}: {reason}")
         params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in out.value[0]]
         if out.value[1]:
@@ -187,8 +184,13 @@ def _accepts_of(fn: Callable[..., Any]) -> Accepts:
     return Accepts(names, var_keyword, signature)
 
 
-def _parameters_of(spec: str) -> tuple[list[str], bool]:  # pragma: no cover - child only
-    found = _accepts_of(load_callable(spec))
+def _parameters_of(spec: str) -> tuple[list[str], bool] | str:  # pragma: no cover - child only
+    """The spec's parameter names and whether it takes ``**kwargs``; or why it cannot be
+    imported, the :class:`SpecError`'s message."""
+    try:
+        found = _accepts_of(load_callable(spec))
+    except SpecError as exc:
+        return str(exc)
     return list(found.names), found.var_keyword
 
 
@@ -239,8 +241,7 @@ def default_for(scorer: Scorer, default: Any) -> Any:
 
 
 def _unshippable(out: Outcome) -> bool:
-    error = out.error or ""
-    return out.status is Status.ERROR and any(text in error for text in NOT_SHIPPED)
+    return out.not_started is not None
 
 
 def value_or_default(
@@ -250,7 +251,7 @@ def value_or_default(
     if out.status is Status.OK:
         return out.value
     if out.status is Status.ERROR and not _unshippable(out):
-        raise _reraisable(out)
+        raise out.to_exception()
     shown = {key: _snippet(value) for key, value in sample.items()}
     why = out.describe() if not _unshippable(out) else (out.error or "").strip()
     log.warning("%s: %s; scored %r for %s", who, why, default, shown)

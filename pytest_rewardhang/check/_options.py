@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from pytest_rewardhang.guard._limits import MAX_BUDGET_S, MAX_MEMORY_MB
+
 T = TypeVar("T")
 N = TypeVar("N", int, float)
 
@@ -411,27 +413,36 @@ def _families(config: pytest.Config) -> tuple[frozenset[str] | None, str]:
     return (names or None), source
 
 
-def _number(raw: str, kind: Callable[[str], N], valid: Callable[[N], bool], what: str) -> N:
-    """``raw`` as a ``kind`` that is ``valid``, else a ValueError saying what was expected."""
+def _number(
+    raw: str,
+    kind: Callable[[str], N],
+    valid: Callable[[N], bool],
+    what: str,
+    maximum: float = math.inf,
+) -> N:
+    """``raw`` as a ``kind`` that is ``valid``, else a ValueError saying what was expected;
+    ``maximum`` is the guard's own bound (past it, its limits and timers overflow)."""
     try:
         number = kind(raw)
     except ValueError:
         raise ValueError(f"expected {what}") from None
-    if not (math.isfinite(number) and valid(number)):
+    if not ((isinstance(number, int) or math.isfinite(number)) and valid(number)):
         raise ValueError(f"expected {what}")
+    if number > maximum:
+        raise ValueError(f"expected {what} of at most {maximum:g}")
     return number
 
 
 def positive_seconds(raw: str) -> float:
-    return _number(raw, float, lambda n: n > 0, "a positive number of seconds")
+    return _number(raw, float, lambda n: n > 0, "a positive number of seconds", MAX_BUDGET_S)
 
 
 def positive_mib(raw: str) -> float:
-    return _number(raw, float, lambda n: n > 0, "a positive number of MiB")
+    return _number(raw, float, lambda n: n > 0, "a positive number of MiB", MAX_MEMORY_MB)
 
 
 def non_negative_float(raw: str) -> float:
-    return _number(raw, float, lambda n: n >= 0, "a number of MiB, 0 for no limit")
+    return _number(raw, float, lambda n: n >= 0, "a number of MiB, 0 for no limit", MAX_MEMORY_MB)
 
 
 def positive_int(raw: str) -> int:

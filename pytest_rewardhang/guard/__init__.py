@@ -11,10 +11,11 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 
 - ``_run``: :func:`run`, :func:`guarded`, the limit checks and the no-fork fallbacks;
 - ``_outcome``: :class:`Outcome`, :class:`Status`, :class:`Mechanism`, :class:`Containment`,
-  stack-dump frames;
-- ``_fork``: the caller's side of one forked call (wait, deadline, stack dump, kill, decode);
+  :class:`NotStarted`, :class:`CallFailed`, building an outcome, stack-dump frames;
+- ``_fork``: the caller's side of one forked call (wait, deadline, stack dump, kill);
 - ``_child``: what runs in a guarded process (stdio, stack dump, memory limit, the call);
 - ``_wire``: every frame and message that crosses a pipe or socket, both ends;
+- ``_decode``: the security boundary: every decode of what a guarded process sent;
 - ``_proctree``: finding, killing and reaping a process's descendants through ``/proc``;
 - ``_contain``: a PID namespace around the guarded process, so nothing outlives the call;
 - ``_spec``: importing a callable from ``pkg.mod:attr`` or ``path/file.py:attr``;
@@ -27,9 +28,10 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 """
 
 from ._launch import PoolError
-from ._outcome import Containment, Mechanism, Outcome, Status
+from ._outcome import CallFailed, Containment, Mechanism, NotStarted, Outcome, Status
 from ._pool import Pool
-from ._run import CallFailed, guarded, run
+from ._run import guarded, run
+from ._spec import SpecError, load_callable
 from ._wire import OUTPUT_LIMIT
 
 __all__ = [
@@ -37,11 +39,14 @@ __all__ = [
     "CallFailed",
     "Containment",
     "Mechanism",
+    "NotStarted",
     "Outcome",
     "Pool",
     "PoolError",
+    "SpecError",
     "Status",
     "guarded",
+    "load_callable",
     "run",
 ]
 

@@ -13,14 +13,14 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 from ._contain import containment
+from ._decode import died, item_answer, output_text, stack_text
 from ._driver import said
 from ._handle import DEAD, NEXT, Watched, Worker
 from ._launch import PoolError
 from ._ledger import Decoded, Ledger
-from ._outcome import Mechanism, Outcome, Status, ok_outcome
+from ._outcome import Answer, Mechanism, Outcome, Status, answered, common_fields, ok_outcome
 from ._processes import Processes
 from ._schedule import Schedule
 from ._wire import (
@@ -28,14 +28,9 @@ from ._wire import (
     OUTPUT_LIMIT,
     RETIRED,
     STACK_LIMIT,
-    common_fields,
-    decode,
-    died,
-    outcome_from_frame,
-    output_text,
+    ResultFields,
     read_bounded,
     result_frames,
-    unpickle_failed,
 )
 
 _OK = Status.OK
@@ -46,7 +41,7 @@ _ASIDE_OVER = 256 * 1024
 
 
 def answer_outcome(
-    fields: tuple[Any, ...],
+    fields: ResultFields,
     buffer: bytes | bytearray,
     at: int,
     drained: tuple[bytes, int] | None,
@@ -54,22 +49,26 @@ def answer_outcome(
     objects: bool,
 ) -> Outcome:
     """The outcome of an answer that is not a bare OK float: see RESULT."""
-    _, size, output_size, dropped, _, leaked, wall, cpu, _, _, rss, _, number = fields
-    output = output_text(*after(drained, bytes(buffer[at : at + output_size]), dropped))
-    common = common_fields(wall, cpu, rss, output, budget)
+    size, output_end = fields.size, at + fields.output_size
+    output, dropped = after(drained, bytes(buffer[at:output_end]), fields.dropped)
+    common = common_fields(
+        fields.wall,
+        fields.cpu,
+        fields.rss_kib,
+        output_text(output, dropped),
+        dropped,
+        budget,
+        containment(),
+    )
     if not size:  # an OK float, with output or leftovers
-        return outcome_from_frame(_OK.value, number, None, None, leaked, common)
-    payload = buffer[at + output_size : at + output_size + size]
-    try:
-        status, value, error, exception = decode(payload, objects=objects)
-    except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the worker
-        return unpickle_failed(exc, leaked, common)
-    return outcome_from_frame(status, value, error, exception, leaked, common, objects=objects)
+        return answered(Answer(_OK, fields.number), fields.leaked, common)
+    answer = item_answer(buffer[output_end : output_end + size], objects=objects)
+    return answered(answer, fields.leaked, common)
 
 
 def decode_aside(
     index: int,
-    fields: tuple[Any, ...],
+    fields: ResultFields,
     data: bytes,
     drained: tuple[bytes, int] | None,
     budget: float,
@@ -77,7 +76,7 @@ def decode_aside(
 ) -> None:
     """Decode a large answer of plain data on a thread of its own; ``hand_in`` its outcome.
 
-    Plain data is checked opcode by opcode before it is built (_wire._check_keys), at about
+    Plain data is checked opcode by opcode before it is built (_decode._check_keys), at about
     half a second a megabyte: on the loop's thread, a 15 MB list put the other items'
     deadlines 6 s off. Beside it, the loop has the GIL back every switch interval.
     """
@@ -113,9 +112,17 @@ def death_outcome(
         ended = Status.CRASHED
     stack = None
     if ended is Status.TIMEOUT:
-        dump, _ = read_bounded(worker.fds["stack_r"], STACK_LIMIT)
-        stack = dump.decode("utf-8", "replace") or None
-    output = output_text(*after(drained, *read_bounded(worker.fds["output_r"], OUTPUT_LIMIT)))
+        stack = stack_text(read_bounded(worker.fds["stack_r"], STACK_LIMIT)[0])
+    output, dropped = after(drained, *read_bounded(worker.fds["output_r"], OUTPUT_LIMIT))
+    common = common_fields(
+        wall,
+        cpu - worker.cpu_base,
+        rss,
+        output_text(output, dropped),
+        dropped,
+        budget,
+        containment(),
+    )
     return Outcome(
         ended,
         error=worker.lost,
@@ -123,7 +130,7 @@ def death_outcome(
         signal=signum,
         exit_code=exit_code,
         leaked=leaked,
-        **common_fields(wall, cpu - worker.cpu_base, rss, output, budget),
+        **common,
     )
 
 
@@ -148,7 +155,7 @@ class Answers:
     ) -> None:
         self.size = size
         self.budget = budget
-        #: Unpickle results that are not plain data: see _wire.decode.
+        #: Unpickle results that are not plain data: see _decode.decode.
         self.objects = objects
         self.ledger = ledger
         self.schedule = schedule
@@ -200,24 +207,8 @@ class Answers:
             return
         worker.drained = after(worker.drained, chunk, 0)
 
-    def _answered(
-        self, worker: Worker, fields: tuple[Any, ...], buffer: bytearray, at: int
-    ) -> None:
-        (
-            _,
-            size,
-            output_size,
-            dropped,
-            index,
-            leaked,
-            wall,
-            cpu,
-            cpu_total,
-            end,
-            rss,
-            leaving,
-            number,
-        ) = fields
+    def _answered(self, worker: Worker, fields: ResultFields, buffer: bytearray, at: int) -> None:
+        index = fields.item_index
         sent = worker.sent
         if not sent or sent[0][0] != index or sent[0][1] is None:
             # Not the item it is running: something in the call wrote on the result pipe.
@@ -234,7 +225,7 @@ class Answers:
         drained = worker.take_drained(self.watched)
         if worker.retries:
             worker.retries.discard(index)
-        if leaving:  # it retires now: nothing it holds will start
+        if fields.leaving:  # it retires now: nothing it holds will start
             self.ledger.retry.extend(worker.take_back(self.watched, keep=0))
         elif index == worker.fenced:
             # It may have read the fence after this answer, and retired without a word.
@@ -243,19 +234,25 @@ class Answers:
         # The worker's clock, but the call may have forged the frame: a time to come (or NaN)
         # would put the next item's deadline out of reach.
         now = time.monotonic()
+        end = fields.end
         worker.last_end = end if end <= now else now
-        worker.cpu_base = cpu_total
+        worker.cpu_base = fields.cpu_total
         if worker.dumped == index:  # the dump came just before it finished: drop it
             read_bounded(worker.fds["stack_r"], STACK_LIMIT)
             worker.dumped = None
         self.fruitless_deaths = 0
+        wall = fields.wall
         self.schedule.timed(wall)
-        if not (size or output_size or dropped or leaked or drained):
+        size = fields.size
+        if not (size or fields.output_size or fields.dropped or fields.leaked or drained):
             # The common case, an OK float carried in the frame itself: a fast scorer's
             # whole answer comes to this one call (see ok_outcome).
-            outcome = ok_outcome(number, wall, cpu, rss / 1024, self.budget, _FORK, containment())
+            rss_mb = fields.rss_kib / 1024
+            outcome = ok_outcome(
+                fields.number, wall, fields.cpu, rss_mb, self.budget, _FORK, containment()
+            )
         elif size > _ASIDE_OVER and not self.objects:
-            data = bytes(buffer[at : at + output_size + size])
+            data = bytes(buffer[at : at + fields.output_size + size])
             decode_aside(index, fields, data, drained, self.budget, self._hand_in)
             return
         else:

@@ -31,20 +31,10 @@ from typing import Any
 
 from . import _cgroup, _contain, _proctree
 from ._child import run_child
+from ._decode import died, output_text, run_answer, stack_text
 from ._interrupts import MASKED, sigmask
-from ._outcome import Containment, Outcome, Status
-from ._wire import (
-    CHUNK,
-    DUMP_SIGNAL,
-    OUTPUT_LIMIT,
-    STACK_LIMIT,
-    common_fields,
-    died,
-    dump_lead,
-    frame_complete,
-    frame_outcome,
-    output_text,
-)
+from ._outcome import Containment, Outcome, Status, answered, common_fields
+from ._wire import CHUNK, DUMP_SIGNAL, OUTPUT_LIMIT, STACK_LIMIT, dump_lead, frame_complete
 
 #: Blocked while a call's resources are created or released (see ._interrupts).
 _block: Callable[[int, Iterable[int]], set[int]] = sigmask or (lambda how, mask: set())
@@ -390,16 +380,19 @@ class _Call:
             usage.ru_utime + usage.ru_stime if usage else math.nan,
             usage.ru_maxrss if usage else math.nan,
             output_text(bytes(self.output), self.output_dropped),
+            self.output_dropped,
             self.budget,
+            _contain.containment(),
         )
         if self.group is None and common["containment"] is Containment.CGROUP:
             common["containment"] = Containment.SUBREAPER  # its group could not be made
         if not timed_out and frame_complete(self.result):
-            return frame_outcome(self.result, leaked, common, objects=self.objects)
+            answer, child_leaked = run_answer(self.result, objects=self.objects)
+            return answered(answer, leaked + child_leaked, common)
         status, signum, exit_code = died(wait_status, killed=timed_out, dumped=dumped)
         stack = None
         if status is Status.TIMEOUT:
-            stack = self.stack.decode("utf-8", "replace") or None
+            stack = stack_text(self.stack)
         return Outcome(
             status, stack=stack, signal=signum, exit_code=exit_code, leaked=leaked, **common
         )

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any
 
-from ._outcome import UNPICKLABLE_ITEM, Outcome, Status
+from ._outcome import UNPICKLABLE_ITEM, NotStarted, Outcome, Status
 
 if TYPE_CHECKING:
     import asyncio
@@ -202,7 +202,10 @@ class Ledger:
             pickle.dumps(self.items[index], protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - that item's outcome, not the batch's
             text = f"{type(exc).__name__}: {UNPICKLABLE_ITEM}: {exc}"
-            self.finish(index, Outcome(Status.ERROR, error=text, budget=self.budget))
+            unsent = Outcome(
+                Status.ERROR, error=text, budget=self.budget, not_started=NotStarted.UNPICKLABLE
+            )
+            self.finish(index, unsent)
             return False
         return True
 

@@ -1,4 +1,5 @@
-"""The typed result of one guarded call, and the evidence its status is decided from."""
+"""The typed result of one guarded call, how it is built, and the evidence its status is decided
+from (stack dumps; the rest is read by ``_decode``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class Status(enum.StrEnum):
@@ -50,11 +51,21 @@ class Containment(enum.StrEnum):
     NONE = "none"
 
 
-#: What an item's error says when its arguments never reached the scorer: they would not pickle
-#: in the caller, or not unpickle in the worker. The adapters score such a sample the default.
+class NotStarted(enum.StrEnum):
+    """Why an item never reached its scorer (an ERROR's :attr:`Outcome.not_started`).
+
+    The adapters score such a sample the default instead of raising: the scorer never saw it.
+    """
+
+    #: Its arguments would not pickle in the caller (a lock, a lambda, an open file).
+    UNPICKLABLE = "unpicklable"
+    #: They would not unpickle in the worker (a class the worker cannot import).
+    UNREADABLE = "unreadable"
+
+
+#: What an item's error says for each :class:`NotStarted`, for people (callers read the field).
 UNPICKLABLE_ITEM = "the item could not be pickled"
 UNREADABLE_ITEMS = "the items could not be unpickled in the worker"
-NOT_SHIPPED = (UNPICKLABLE_ITEM, UNREADABLE_ITEMS)
 #: The standard library's folders; ``site-packages`` below them is not the standard library.
 _STDLIB_DIRS = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")})
 #: This package: the guard's and the check's frames are machinery around the call.
@@ -274,6 +285,10 @@ class Outcome:
     mechanism: Mechanism = Mechanism.FORK
     #: What kept the call's descendants from outliving it.
     containment: Containment = Containment.NONE
+    #: Bytes of output past the bound, read and thrown away (``output`` ends by saying so).
+    output_dropped: int = 0
+    #: Why the item never reached its scorer; None when it did (or may have).
+    not_started: NotStarted | None = None
 
     @property
     def ok(self) -> bool:
@@ -305,6 +320,23 @@ class Outcome:
             return f"crashed: exited with code {self.exit_code} without returning a result"
         first = (self.error or "").splitlines()[0] if self.error else str(self.status)
         return f"{self.status}: {first}"
+
+    def to_exception(self) -> BaseException:
+        """What :func:`~pytest_rewardhang.guard.guarded` raises for this ERROR: the call's own
+        exception, the child's traceback added as a note, when it came back as an object (see
+        :func:`~pytest_rewardhang.guard.run`) and is an :class:`Exception`; else
+        :class:`CallFailed` holding the error text (never ``SystemExit`` or
+        ``KeyboardInterrupt``, which would stop or unwind the caller)."""
+        exc = self.exception
+        if exc is None or not isinstance(exc, Exception):
+            return CallFailed(self.error)
+        if self.error:
+            exc.add_note("Traceback in the guarded child:\n" + self.error.split("\n\n", 1)[-1])
+        return exc
+
+
+class CallFailed(Exception):
+    """A guarded call raised an exception that could not be brought back as itself."""
 
 
 def raised(exc: BaseException) -> tuple[Status, str]:
@@ -354,6 +386,8 @@ class _Unfrozen:
     budget: float | None
     mechanism: Mechanism
     containment: Containment
+    output_dropped: int
+    not_started: NotStarted | None
 
 
 _new = object.__new__
@@ -372,7 +406,7 @@ def ok_outcome(
 
     What a pool answers for each quick item, so it is built at the speed of plain attribute
     stores: the frozen dataclass's ``__init__`` goes through ``object.__setattr__`` for each of
-    its 15 fields (4 µs, as long as the caller's whole share of a fast item should be). Its
+    its 17 fields (4 µs, as long as the caller's whole share of a fast item should be). Its
     slots are filled on a twin class of the same layout, which then becomes an Outcome by
     ``__class__`` assignment (Python allows it between classes whose slots are the same): the
     same object either way, which a test holds field by field, in equality, hash, repr and
@@ -394,6 +428,58 @@ def ok_outcome(
     outcome.budget = budget
     outcome.mechanism = mechanism
     outcome.containment = containment
+    outcome.output_dropped = 0
+    outcome.not_started = None
     outcome.__class__ = Outcome
     made: Outcome = outcome
     return made
+
+
+# --- the outcome of a forked call, from what the caller read of it ---------------------------
+
+
+class Answer(NamedTuple):
+    """What a call's process answered, as ``_decode`` read it: the outcome's own fields."""
+
+    status: Status
+    value: Any = None
+    error: str | None = None
+    exception: BaseException | None = None
+    not_started: NotStarted | None = None
+
+
+def common_fields(
+    wall: float,
+    cpu: float,
+    rss_kib: float,
+    output: str,
+    output_dropped: int,
+    budget: float | None,
+    containment: Containment,
+) -> dict[str, Any]:
+    """The fields every forked call's :class:`Outcome` has, whatever its status."""
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "max_rss_mb": rss_kib / 1024,
+        "output": output,
+        "output_dropped": output_dropped,
+        "budget": budget,
+        "mechanism": Mechanism.FORK,
+        "containment": containment,
+    }
+
+
+def answered(answer: Answer, leaked: int, common: dict[str, Any]) -> Outcome:
+    """The :class:`Outcome` of a call whose process answered; ``common`` from
+    :func:`common_fields`."""
+    status, value, error, exception, not_started = answer
+    return Outcome(
+        status,
+        value=value,
+        error=error,
+        exception=exception,
+        not_started=not_started,
+        leaked=leaked,
+        **common,
+    )

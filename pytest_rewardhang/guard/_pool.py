@@ -171,6 +171,13 @@ class Pool:
     def closed(self) -> bool:
         return self._engine.closing
 
+    @staticmethod
+    def check_warmup(warmup: object) -> tuple[Any, ...] | dict[str, Any] | None:
+        """``warmup`` as a pool takes it: a tuple, a dict of keyword arguments, or None; else
+        the one-line :class:`ValueError` that ``Pool(warmup=...)`` raises (also for one that
+        cannot be pickled)."""
+        return _warmup(warmup)
+
     def __enter__(self) -> Pool:
         return self
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar, overload
 
+from . import _limits
 from ._child import awaited
 from ._fork import run_forked
 from ._outcome import Mechanism, Outcome, Status, raised
@@ -71,14 +72,8 @@ def run(
 
 
 def _check_limits(budget: object, memory_mb: object) -> None:
-    if not (isinstance(budget, int | float) and math.isfinite(budget) and budget > 0):
-        raise ValueError(f"budget must be a positive number of seconds, not {budget!r}")
-    if memory_mb is not None and not (isinstance(memory_mb, int | float) and memory_mb > 0):
-        raise ValueError(f"memory_mb must be a positive number of MiB or None, not {memory_mb!r}")
-
-
-class CallFailed(Exception):
-    """A guarded call raised an exception that could not be brought back as itself."""
+    _limits.seconds("budget", budget)
+    _limits.mebibytes("memory_mb", memory_mb)
 
 
 @overload
@@ -117,7 +112,7 @@ def guarded(
             if out.status is Status.OK:
                 return out.value
             if out.status is Status.ERROR:
-                raise _reraisable(out)
+                raise out.to_exception()
             log.warning("%s: %s; returned %r", fn.__qualname__, out.describe(), default)
             return default
 
@@ -143,15 +138,6 @@ def guarded(
         return wrapper
 
     return decorate
-
-
-def _reraisable(out: Outcome) -> BaseException:
-    exc: BaseException | None = out.exception
-    if exc is None or not isinstance(exc, Exception):  # never SystemExit, KeyboardInterrupt...
-        return CallFailed(out.error)
-    if out.error:
-        exc.add_note("Traceback in the guarded child:\n" + out.error.split("\n\n", 1)[-1])
-    return exc
 
 
 _warned: set[str] = set()

@@ -1,26 +1,23 @@
 """What the guard's processes say to each other: every frame and message, both ends in one place.
 
 Used in every one of them: the caller, run's forked child, the pool's zygote and its workers.
-Here are the frames written on a pipe or the zygote's socket, the one-byte kinds of the socket's
-messages, the stack-dump signal, the size bounds, and how the caller reads what reaches it (a
-result frame, or the wait status of a process that ended without one) into an :class:`Outcome`.
+Here are the layouts of the frames written on a pipe or the zygote's socket, the one-byte kinds
+of the socket's messages, the stack-dump signal, the fence, the size bounds, and the packing and
+parsing of the frames' headers. What the caller makes of the bytes a guarded process wrote (the
+pickled answer, the output, the stack dump) is ``_decode``'s: the guard's security boundary.
 """
 
 from __future__ import annotations
 
 import array
-import builtins
-import io
 import os
 import pickle
-import pickletools
 import signal
 import struct
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
-from ._contain import containment
-from ._outcome import Mechanism, Outcome, Status
+from ._outcome import Status
 
 _OK_VALUE = Status.OK.value
 
@@ -59,10 +56,6 @@ def dump_lead(budget: float) -> float:
 MAGIC = b"RwHg"
 #: Magic, payload length; then the pickled ``(status, value, error, exception, leaked)``.
 HEADER = struct.Struct("!4sQ")
-SCRIBBLED = (
-    "the guard's result pipe held bytes that are not a result frame: the call wrote on the "
-    "guard's own descriptor"
-)
 
 
 def framed(payload: bytes) -> bytes:  # pragma: no cover - child only
@@ -76,23 +69,6 @@ def frame_complete(buffer: bytearray) -> bool:
         return False
     magic, size = HEADER.unpack_from(buffer)
     return bool(magic != MAGIC or len(buffer) >= HEADER.size + size)
-
-
-def frame_outcome(
-    buffer: bytearray, leaked: int, common: dict[str, Any], *, objects: bool = False
-) -> Outcome:
-    """The :class:`Outcome` of run's whole result frame; ``leaked`` adds the caller's count."""
-    if HEADER.unpack_from(buffer)[0] != MAGIC:
-        return Outcome(Status.ERROR, error=SCRIBBLED, leaked=leaked, **common)
-    try:
-        frame = decode(memoryview(buffer)[HEADER.size :], objects=objects)
-        status, value, error, exception, child_leaked = frame
-        child_leaked = int(child_leaked)
-    except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the child
-        return unpickle_failed(exc, leaked, common)
-    return outcome_from_frame(
-        status, value, error, exception, leaked + child_leaked, common, objects=objects
-    )
 
 
 # --- the pool: one worker's pipes ------------------------------------------------------------
@@ -135,18 +111,50 @@ def task_frame(
     return list(struct.unpack_from(f"!{count}Q", buffer, TASK.size)), buffer[start:end], end
 
 
-#: Result frame, one per item: MAGIC, payload length, output length, output bytes dropped, index,
-#: leaked, wall, cpu of the item, cpu of the worker so far, monotonic end time, peak RSS in KiB,
-#: whether the worker retires after this answer (its state could not be put back: the items
-#: queued behind will not start), the value when the payload is empty; then the output bytes
-#: and the pickled ``(status, value, error, exception)``. What scorers mostly return, one float
-#: of an OK call, goes in the frame itself with an empty payload (no pickle is ever empty):
-#: neither end pickles, and the caller builds nothing but the float.
+#: Result frame, one per item: this header (its fields are :class:`ResultFields`), then the
+#: output bytes and the pickled ``(status, value, error, exception)``. What scorers mostly
+#: return, one float of an OK call, goes in the header itself with an empty payload (no pickle
+#: is ever empty): neither end pickles, and the caller builds nothing but the float.
 RESULT = struct.Struct("!4sIIQQIddddQ?d")
+
+
+class ResultFields(NamedTuple):
+    """A result frame's header, field by field in :data:`RESULT`'s order, as the caller reads it.
+
+    The worker packs the same fields (see :func:`result_frame`), from ``dropped`` to ``leaving``.
+    """
+
+    magic: bytes
+    #: Bytes of the pickled ``(status, value, error, exception)`` after the output; 0 for an
+    #: OK float, which is ``number``.
+    size: int
+    #: Bytes of output that follow the header, at most OUTPUT_LIMIT.
+    output_size: int
+    #: Bytes of output the worker read past OUTPUT_LIMIT and threw away.
+    dropped: int
+    #: The item's index (``index`` is tuple's own method).
+    item_index: int
+    leaked: int
+    wall: float
+    #: CPU seconds of the item, and of the worker since it started.
+    cpu: float
+    cpu_total: float
+    #: The worker's monotonic clock when the item ended.
+    end: float
+    #: The worker's peak resident size so far.
+    rss_kib: int
+    #: The worker retires after this answer (its state could not be put back): the items
+    #: queued behind it never start.
+    leaving: bool
+    #: The value of an OK call that returned a float, when ``size`` is 0.
+    number: float
+
+
 #: The index result_frames gives bytes that are not a result frame: no item has it, so the
 #: caller takes them for an answer the worker should not have sent, and replaces the worker.
 NO_ITEM = (1 << 64) - 1
-_SCRIBBLED_FIELDS = (MAGIC, 0, 0, 0, NO_ITEM, 0, 0.0, 0.0, 0.0, 0.0, 0, False, 0.0)
+_SCRIBBLED_FIELDS = ResultFields(MAGIC, 0, 0, 0, NO_ITEM, 0, 0.0, 0.0, 0.0, 0.0, 0, False, 0.0)
+_fields = tuple.__new__  # ResultFields from RESULT's unpacked tuple, without _make's checks
 
 
 def result_payload(frame: tuple[Any, ...]) -> bytes | None:  # pragma: no cover - worker only
@@ -160,33 +168,33 @@ def result_payload(frame: tuple[Any, ...]) -> bytes | None:  # pragma: no cover 
 def result_frame(
     frame: tuple[Any, ...], payload: bytes | None, output: bytes, *fields: Any
 ) -> bytes:  # pragma: no cover - worker only
-    """An item's result frame, as the worker writes it: ``fields`` are RESULT's from the fourth
-    to the value's; ``frame`` is the call's ``(status, value, error, exception)`` and
-    ``payload`` its :func:`result_payload`."""
+    """An item's result frame, as the worker writes it: ``fields`` are :class:`ResultFields`'
+    from ``dropped`` to ``leaving``; ``frame`` is the call's ``(status, value, error,
+    exception)`` and ``payload`` its :func:`result_payload`."""
     if payload is None:
         return RESULT.pack(MAGIC, 0, len(output), *fields, frame[1]) + output
     return RESULT.pack(MAGIC, len(payload), len(output), *fields, 0.0) + output + payload
 
 
-def result_frames(buffer: bytearray) -> tuple[list[tuple[tuple[Any, ...], int]], int]:
+def result_frames(buffer: bytearray) -> tuple[list[tuple[ResultFields, int]], int]:
     """The whole result frames at the start of ``buffer``, as the caller reads them.
 
-    Each one's RESULT fields (the magic first) and the offset of its output (its payload
-    follows the output); then how many bytes they take. Bytes that are not a frame end the list
-    with a frame for :data:`NO_ITEM`, and are all taken.
+    Each one's header and the offset of its output (its payload follows the output); then how
+    many bytes they take. Bytes that are not a frame end the list with a frame for
+    :data:`NO_ITEM`, and are all taken.
     """
-    frames: list[tuple[tuple[Any, ...], int]] = []
+    frames: list[tuple[ResultFields, int]] = []
     offset = 0
     size = len(buffer)
     unpack = RESULT.unpack_from
     while size - offset >= _RESULT_SIZE:
-        fields = unpack(buffer, offset)
+        fields: ResultFields = _fields(ResultFields, unpack(buffer, offset))
         # More output than a worker ever sends: the call forged the header, and the answers
         # after it would be taken for that output.
-        if fields[0] != MAGIC or fields[2] > OUTPUT_LIMIT:
+        if fields.magic != MAGIC or fields.output_size > OUTPUT_LIMIT:
             frames.append((_SCRIBBLED_FIELDS, size))
             return frames, size
-        end = offset + _RESULT_SIZE + fields[2] + fields[1]
+        end = offset + _RESULT_SIZE + fields.output_size + fields.size
         if size < end:
             break
         frames.append((fields, offset + _RESULT_SIZE))
@@ -305,336 +313,3 @@ def read_bounded(fd: int, limit: int) -> tuple[bytes, int]:
         kept += chunk[:room]
         dropped += max(len(chunk) - room, 0)
     return bytes(kept), dropped
-
-
-def output_text(output: bytes, dropped: int) -> str:
-    text = output.decode("utf-8", "replace")
-    if dropped:
-        text += f"\n[... {dropped} more bytes of output discarded]"
-    return text
-
-
-# --- the caller's reading into an Outcome ----------------------------------------------------
-#
-# Unpickling runs code that the pickle names: ``__reduce__`` can make the caller call
-# ``time.sleep(30)`` or ``sys.exit(7)``, and an ordinary object (a sympy tree of ``3**10**7``)
-# can cost seconds of the caller's GIL, outside any deadline. The bytes come from the call's
-# process, which can write anything on its pipe. So by default the caller unpickles with
-# :class:`_PlainUnpickler`, which names no global but ``complex`` (and, for exceptions, the
-# builtin exception classes): plain data (None, bool, int, float, complex, str, bytes,
-# bytearray, list, tuple, dict, set, frozenset) is built by the C unpickler's own opcodes, at
-# C speed, running no code the call chose. Anything else is refused unless the caller opted in
-# with ``objects=True``, which unpickles with :func:`pickle.loads` and so trusts the call.
-#
-# numpy scalars (``np.float64(0.5)``, a common scorer return) are admitted when numpy is
-# already imported in the caller, never importing it: ``numpy.core.multiarray.scalar`` and
-# ``numpy.dtype`` are C constructors whose cost is linear in the pickled bytes. Arrays and
-# every other numpy object need ``objects=True``.
-
-
-def _around_float() -> tuple[bytes, bytes]:
-    """The bytes around the float in the pickle of an OK frame holding one, as workers make it."""
-    marker = struct.pack(">d", 0.1)
-    pickled = pickle.dumps((Status.OK.value, 0.1, None, None), protocol=pickle.HIGHEST_PROTOCOL)
-    at = pickled.index(marker)
-    return pickled[:at], pickled[at + len(marker) :]
-
-
-#: What scorers mostly return is one float. Its frame's pickle is fixed but for the float's
-#: eight bytes, which one struct read takes: no unpickler is built for it (an unpickler per
-#: item was the largest part of the caller's time for a fast scorer). Any other bytes are
-#: unpickled, so what the call sent means the same either way.
-_FLOAT_HEAD, _FLOAT_TAIL = _around_float()
-_FLOAT_SIZE = len(_FLOAT_HEAD) + 8 + len(_FLOAT_TAIL)
-_DOUBLE = struct.Struct(">d")
-
-
-def _ok_float(data: bytes | bytearray | memoryview) -> tuple[Any, ...] | None:
-    """The frame ``data`` is the pickle of, if it is an OK frame holding one float."""
-    if (
-        len(data) == _FLOAT_SIZE
-        and data[: len(_FLOAT_HEAD)] == _FLOAT_HEAD
-        and data[-len(_FLOAT_TAIL) :] == _FLOAT_TAIL
-    ):
-        return (_OK_VALUE, _DOUBLE.unpack_from(data, len(_FLOAT_HEAD))[0], None, None)
-    return None
-
-
-class Refused(pickle.UnpicklingError):
-    """What a call sent back names a global the caller does not run without ``objects=True``."""
-
-    def __init__(self, module: str, name: str) -> None:
-        self.what = f"{module}.{name}"
-        super().__init__(
-            f"the call's result is not plain data: rebuilding it needs {self.what}, which "
-            "would run in the caller; plain data (numbers, strings, bytes, lists, tuples, "
-            "dicts, sets) comes back as is; pass objects=True to run(), guarded() or Pool() "
-            "to unpickle other objects in the caller (which runs code the call chose)"
-        )
-
-
-_PLAIN_GLOBALS: dict[tuple[str, str], Any] = {("builtins", "complex"): complex}
-_NUMPY_SCALAR = {
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy", "dtype"),
-}
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """Plain data only (and builtin exception classes when ``exceptions``): see above."""
-
-    def __init__(self, data: bytes | bytearray | memoryview, *, exceptions: bool) -> None:
-        super().__init__(io.BytesIO(data))
-        self.exceptions = exceptions
-
-    def find_class(self, module: str, name: str) -> Any:
-        found = _PLAIN_GLOBALS.get((module, name))
-        if found is not None:
-            return found
-        if self.exceptions and module == "builtins":
-            cls = getattr(builtins, name, None)
-            if isinstance(cls, type) and issubclass(cls, BaseException):
-                return cls
-        if (module, name) in _NUMPY_SCALAR and module in sys.modules:  # never imports numpy
-            return getattr(sys.modules[module], name)
-        raise Refused(module, name)
-
-
-#: Plain data can still cost the caller quadratic time: ints (and floats, tuples) that hash
-#: alike are cheap to make, and a dict or set of n of them takes n^2 probes to build (64k keys
-#: in 900 KB: about 15 s of the caller's GIL). Strings hash with a per-process secret and do
-#: not collide on purpose. So a result over ``_SCANNED_OVER`` bytes is read opcode by opcode
-#: first (linear), and refused if one dict or set in it has more than ``_KEYS_LIMIT`` keys
-#: that are not strings; under that size the worst case is a few tens of ms.
-_SCANNED_OVER = 32 * 1024
-_KEYS_LIMIT = 4096
-_STRING_OPS = frozenset(
-    {
-        "SHORT_BINUNICODE",
-        "BINUNICODE",
-        "BINUNICODE8",
-        "UNICODE",
-        "SHORT_BINBYTES",
-        "BINBYTES",
-        "BINBYTES8",
-        "STRING",
-        "BINSTRING",
-        "SHORT_BINSTRING",
-    }
-)
-
-
-#: What pickle writes for plain data (and for complex, builtin exceptions and numpy scalars,
-#: which the plain unpickler also rebuilds), in every protocol. The scan below follows only
-#: these: an opcode pickle never writes for them (DUP, POP, OBJ, persistent ids, extension
-#: codes, out-of-band buffers) would let the scan's stack drift from the unpickler's, so a
-#: large result that uses one is refused instead.
-_PLAIN_OPS = frozenset(
-    {
-        "PROTO", "FRAME", "STOP", "MARK", "NONE", "NEWTRUE", "NEWFALSE",
-        "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
-        "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "EMPTY_LIST", "LIST", "APPEND",
-        "APPENDS", "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS", "EMPTY_SET", "ADDITEMS",
-        "FROZENSET", "BYTEARRAY8", "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE", "GET", "BINGET",
-        "LONG_BINGET", "GLOBAL", "STACK_GLOBAL", "REDUCE", "NEWOBJ", "NEWOBJ_EX", "BUILD",
-        *_STRING_OPS,
-    }
-)  # fmt: skip
-_TUPLE_OPS = frozenset({"EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"})
-
-
-class Flooding(pickle.UnpicklingError):
-    """A large result the caller does not build in its own time: see above."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__(
-            f"the call's result {why}, so it is refused; pass objects=True to run(), "
-            "guarded() or Pool() to build it anyway (which trusts the call)"
-        )
-
-
-def _check_keys(data: bytes | bytearray | memoryview) -> None:
-    """Raise :class:`Flooding` if the pickle builds a dict or set with too many non-string keys.
-
-    Follows the unpickler's stack, one entry per object: True for a string (or a tuple of
-    strings: its hash comes from theirs), False for another object, and for a dict or set a
-    one-item list counting its non-string keys (the same list wherever the memo brings that
-    container back). Marks are kept apart, so that every opcode costs O(1) plus what it pops:
-    linear in the pickle.
-    """
-    stack: list[Any] = []
-    marks: list[int] = []  # where each open mark is on the stack
-    memo: dict[Any, Any] = {}
-
-    def add(container: Any, members: list[Any]) -> None:
-        if type(container) is list:
-            container[0] += sum(member is not True for member in members)
-            if container[0] > _KEYS_LIMIT:
-                raise Flooding(
-                    f"has a dict or set of over {_KEYS_LIMIT} keys that are not strings: they "
-                    "could hash alike, and building it take the caller quadratic time"
-                )
-
-    def popped(count: int) -> list[Any]:
-        at = max(len(stack) - count, 0)
-        members = stack[at:]
-        del stack[at:]
-        return members
-
-    def to_mark() -> list[Any]:
-        return popped(len(stack) - (marks.pop() if marks else 0))
-
-    for opcode, arg, _ in pickletools.genops(bytes(data)):
-        name = opcode.name
-        if name not in _PLAIN_OPS:
-            raise Flooding(
-                f"is over {_SCANNED_OVER // 1024} KiB and uses the pickle opcode {name}, which "
-                "plain data does not need: what building it would cost cannot be checked"
-            )
-        if name == "MARK":
-            marks.append(len(stack))
-        elif name in ("EMPTY_DICT", "EMPTY_SET"):
-            stack.append([0])
-        elif name in ("SETITEMS", "ADDITEMS", "DICT", "FROZENSET"):
-            members = to_mark()
-            hashed = members[0::2] if name in ("SETITEMS", "DICT") else members
-            if name in ("DICT", "FROZENSET"):
-                stack.append([0])
-            add(stack[-1] if stack else None, hashed)
-        elif name == "SETITEM":
-            add(stack[-3] if len(stack) > 2 else None, popped(2)[:1])
-        elif name == "MEMOIZE":
-            memo[len(memo)] = stack[-1] if stack else False
-        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            memo[arg] = stack[-1] if stack else False
-        elif name in ("GET", "BINGET", "LONG_BINGET"):
-            stack.append(memo.get(arg, False))
-        else:
-            before = opcode.stack_before
-            if pickletools.markobject in before:  # TUPLE, LIST, APPENDS (its list is below)
-                members = to_mark()
-                popped(len(before) - 2)
-            else:
-                members = popped(len(before))
-            made = all(m is True for m in members) if name in _TUPLE_OPS else name in _STRING_OPS
-            stack.extend([made] * len(opcode.stack_after))
-
-
-class ObjectsFailed(pickle.UnpicklingError):
-    """Unpickling with ``objects=True`` raised a BaseException that is not an Exception."""
-
-
-def decode(
-    data: bytes | bytearray | memoryview, *, objects: bool = False, exceptions: bool = False
-) -> Any:
-    """Unpickle what a call's process sent, as the caller does: plain data unless ``objects``.
-
-    Raises an Exception (:class:`Refused` for a value that is not plain data) when it cannot;
-    never a BaseException that the pickle chose (with ``objects=True`` a pickle can raise
-    ``SystemExit`` or ``KeyboardInterrupt`` from its ``__reduce__``: it comes out as
-    :class:`ObjectsFailed`).
-    """
-    frame = _ok_float(data)
-    if frame is not None:
-        return frame
-    if not objects:
-        if len(data) > _SCANNED_OVER:
-            _check_keys(data)
-        return _PlainUnpickler(data, exceptions=exceptions).load()
-    try:
-        return pickle.loads(data)
-    except Exception:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - SystemExit etc. from a __reduce__
-        raise ObjectsFailed(f"unpickling raised {type(exc).__name__}: {exc}") from None
-
-
-def unpickle_failed(exc: Exception, leaked: int, common: dict[str, Any]) -> Outcome:
-    if isinstance(exc, Refused | Flooding):
-        error = f"{type(exc).__name__}: {exc}"
-    else:
-        error = f"{type(exc).__name__}: the call's result could not be unpickled: {exc}"
-    return Outcome(Status.ERROR, error=error, leaked=leaked, **common)
-
-
-def outcome_from_frame(
-    status: str,
-    value: Any,
-    error: str | None,
-    exception: bytes | None,
-    leaked: int,
-    common: dict[str, Any],
-    *,
-    objects: bool = False,
-) -> Outcome:
-    """The :class:`Outcome` of a frame that the call's process made and the caller unpickled.
-
-    The exception comes back as an object only when rebuilding it runs no code the call chose
-    (a builtin exception class holding plain data), or when the caller passed ``objects=True``;
-    otherwise ``exception`` is None and ``error`` still holds its text and traceback. The frame
-    is the call's to forge: a malformed one is an ERROR, never an exception in the caller.
-    """
-    if (
-        not (isinstance(status, str) and status in _STATUSES)
-        or not isinstance(error, str | None)
-        or not isinstance(exception, bytes | None)
-    ):
-        text = f"ValueError: the call's process sent a malformed result frame (status {status!r})"
-        return Outcome(Status.ERROR, error=text, leaked=leaked, **common)
-    raised: BaseException | None = None
-    if exception is not None:
-        try:
-            raised = decode(exception, objects=objects, exceptions=True)
-        except Exception:  # noqa: BLE001 - the text in ``error`` still says what happened
-            raised = None
-        if not isinstance(raised, BaseException):
-            raised = None
-    return Outcome(
-        Status(status), value=value, error=error, exception=raised, leaked=leaked, **common
-    )
-
-
-_STATUSES = frozenset(s.value for s in Status)
-
-
-def died(wait_status: int, *, killed: bool, dumped: bool) -> tuple[Status, int | None, int | None]:
-    """``(status, signal, exit code)`` of a call whose process ended without its result.
-
-    TIMEOUT when the guard killed it at the deadline, or when it died of the stack-dump signal
-    the guard sent just before (the call had reset faulthandler's handler), or of SIGSEGV or
-    SIGBUS after that signal: faulthandler's dump runs on the interrupted thread's stack, and a
-    call deep in C recursion has none left, so the dump itself overflows it. ``dumped`` means
-    the call was still running :func:`dump_lead` before the deadline and the signal was
-    sent, so such a death is at the deadline and caused by the guard: a timeout is never
-    reported as a crash. Otherwise CRASHED, with the signal or exit code in ``wait_status``
-    (neither when the process could not be reaped: -1).
-    """
-    signum = exit_code = None
-    if wait_status >= 0:
-        if os.WIFSIGNALED(wait_status):
-            signum = os.WTERMSIG(wait_status)
-        elif os.WIFEXITED(wait_status):
-            exit_code = os.WEXITSTATUS(wait_status)
-    if killed or (dumped and signum in _DUMP_DEATHS):
-        return Status.TIMEOUT, None, None
-    return Status.CRASHED, signum, exit_code
-
-
-#: What a process dies of when the stack-dump signal reaches it: see :func:`died`.
-_DUMP_DEATHS = frozenset({DUMP_SIGNAL, signal.SIGSEGV, signal.SIGBUS})
-
-
-def common_fields(
-    wall: float, cpu: float, rss_kib: float, output: str, budget: float | None
-) -> dict[str, Any]:
-    """The fields every forked call's :class:`Outcome` has, whatever its status."""
-    return {
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "max_rss_mb": rss_kib / 1024,
-        "output": output,
-        "budget": budget,
-        "mechanism": Mechanism.FORK,
-        "containment": containment(),
-    }

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import _cgroup, _proctree
 from ._child import call, setup_child
-from ._outcome import UNREADABLE_ITEMS, Status
+from ._outcome import UNREADABLE_ITEMS, NotStarted, Status
 from ._wire import (
     CHUNK,
     FENCE,
@@ -402,8 +402,8 @@ class _Serve:  # pragma: no cover - worker only
             frame = call(self.fn, (), item)
         elif type(item) is list:  # Pool.submit's positional and keyword arguments together
             frame = call(self.fn, item[0], item[1])
-        else:
-            frame = (Status.ERROR.value, None, item.text, None)
+        else:  # an _Unreadable: its reason goes where an ERROR's value is (see _decode)
+            frame = (Status.ERROR.value, NotStarted.UNREADABLE.value, item.text, None)
         # Pickled before the checks below, as pickling runs the value's __reduce__: code of
         # the call's, which may change the state, fork or start a thread just as well.
         payload = result_payload(frame)

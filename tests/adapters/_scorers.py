@@ -33,6 +33,8 @@ def _check(text: str, truth: Any) -> float:
         return float(sum(range(10**13)))
     if text == "raise":
         raise ValueError("cannot parse")
+    if text == "raise like the guard":  # reads like the guard's own "never reached the scorer"
+        raise ValueError("the item could not be pickled")
     if text == "nap":
         time.sleep(NAP_S)
         return 1.0

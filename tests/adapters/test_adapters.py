@@ -335,3 +335,29 @@ def test_trl_unpicklable_per_sample_column_scores_the_default(
     assert time.perf_counter() - start <= BUDGET + SLACK  # never waits for a worker
     assert scores == [0.0, 2.5]
     assert "could not be pickled" in caplog.text
+
+
+class Unreadable:
+    """Pickles in the caller; unpickling it in the worker raises (``int("not a number")``)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (int, ("not a number",))
+
+
+def test_trl_column_the_worker_cannot_unpickle_scores_the_default(
+    make_reward: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    reward = make_reward(spec("everything"), budget=BUDGET, default=0.0)
+    with caplog.at_level(logging.WARNING, logger="pytest_rewardhang.adapters"):
+        assert trl_call(reward, ["a"], tool=[Unreadable()]) == [0.0]
+    assert "could not be unpickled in the worker" in caplog.text
+    assert trl_call(reward, ["b"], tool=["fine"]) == [2.5]
+
+
+def test_trl_scorer_error_worded_like_the_guard_is_raised_not_scored(
+    make_reward: Callable[..., Any],
+) -> None:
+    # Whether a sample reached its scorer is Outcome.not_started, never the error's wording.
+    reward = make_reward(spec("accuracy"), budget=BUDGET, default=0.0)
+    with pytest.raises(ValueError, match="the item could not be pickled"):
+        trl_call(reward, ["raise like the guard"], ground_truth=["42"])

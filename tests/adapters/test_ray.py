@@ -43,7 +43,7 @@ SLACK = 2.5
 GONE_S = 30.0
 NODES = ("node-a", "node-b")
 
-pytestmark = [pytest.mark.needs_extra("ray"), pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.needs_extra("ray"), pytest.mark.slow, pytest.mark.timeout(90)]
 
 #: One batch: clean items around a hang; what each must come back as.
 BATCH = [("1", "1"), (f"{HANG} 1 1 1", "1"), ("2", "2"), ("x", "y")]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_rewardhang.check import _report
-from tests._projects import fast, scorer_args
+from tests._projects import fast, scorer_args, usage
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -24,10 +24,10 @@ def usage_error(result: pytest.RunResult, *lines: str) -> None:
 
 
 def test_an_empty_fail_on_is_refused(project: pytest.Pytester) -> None:
-    result = project.runpytest_subprocess(*FAST, *scorer_args("clean"), "--reward-hang-fail-on=")
+    result = usage(project, *FAST, *scorer_args("clean"), "--reward-hang-fail-on=")
     usage_error(result, "ERROR: --reward-hang-fail-on: name at least one outcome from *")
     project.makeini("[pytest]\nreward_hang_fail_on = ,\n")
-    result = project.runpytest_subprocess(*FAST, *scorer_args("clean"))
+    result = usage(project, *FAST, *scorer_args("clean"))
     usage_error(result, "ERROR: reward_hang_fail_on (ini): name at least one outcome from *")
 
 
@@ -38,7 +38,7 @@ def test_a_decorated_file_that_does_not_parse_is_reported(project: pytest.Pytest
         "def compute_score(solution_str, ground_truth)\n"  # the colon is missing
         "    return 0.0\n"
     )
-    result = project.runpytest_subprocess(*FAST)
+    result = usage(project, *FAST)
     usage_error(result, "ERROR: rewards.py:4: cannot read this file for @pytest_rewardhang.scorer*")
 
 
@@ -55,8 +55,8 @@ CONFLICTED = """{
 def test_an_unreadable_baseline_is_refused_not_replaced(project: pytest.Pytester) -> None:
     baseline = project.path / "baseline.json"
     baseline.write_text(CONFLICTED)
-    result = project.runpytest_subprocess(
-        *FAST, *scorer_args("clean"), "--reward-hang-save-baseline=baseline.json"
+    result = usage(
+        project, *FAST, *scorer_args("clean"), "--reward-hang-save-baseline=baseline.json"
     )
     usage_error(result, "ERROR: --reward-hang-save-baseline: *baseline.json: cannot read the*")
     assert baseline.read_text() == CONFLICTED
@@ -116,9 +116,7 @@ def test_an_unwritable_json_report_is_refused_before_the_run(
     (project.path / "afile").write_text("")
     (project.path / "adir").mkdir()
     # A scorer that would take the whole timeout: refused up front, it never runs.
-    result = project.runpytest_subprocess(
-        *FAST, *scorer_args("c_hang"), f"--reward-hang-json={target}"
-    )
+    result = usage(project, *FAST, *scorer_args("c_hang"), f"--reward-hang-json={target}")
     usage_error(result, f"ERROR: --reward-hang-json: cannot write the report: {why}")
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_rewardhang.check import _baseline, _options
 from pytest_rewardhang.corpus import _cases
-from tests._projects import fast, scorer_args
+from tests._projects import XDIST, fast, scorer_args, usage
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -182,7 +182,7 @@ def test_changed_source_or_corpus_is_a_new_entry_and_a_changed_scorer_is_still_g
     )
 
 
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+@XDIST
 def test_save_writes_one_sorted_file_from_the_controller(
     project: pytest.Pytester, xdist: list[str]
 ) -> None:
@@ -264,7 +264,7 @@ def test_bad_baseline_options_get_one_clear_line(
     project: pytest.Pytester, args: list[str], ini: str, message: str
 ) -> None:
     project.makeini(f"[pytest]\n{ini}\n")
-    result = project.runpytest_subprocess(*FAST, *scorer_args("clean"), *args)
+    result = usage(project, *FAST, *scorer_args("clean"), *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()

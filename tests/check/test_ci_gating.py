@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._projects import fast, scorer_args
+from tests._projects import XDIST, fast, scorer_args, usage
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -22,7 +22,7 @@ def known(pytester: pytest.Pytester, *entries: str) -> None:
     pytester.makeini(f"[pytest]\nreward_hang_known ={lines}\n")
 
 
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+@XDIST
 def test_known_items_xfail_while_they_hang_and_fail_once_they_stop(
     project: pytest.Pytester, xdist: list[str]
 ) -> None:
@@ -78,7 +78,7 @@ def test_known_entries_naming_nothing_are_refused(
     project: pytest.Pytester, entry: str, message: str
 ) -> None:
     known(project, entry)
-    result = project.runpytest_subprocess(*FAST, *SCORER_ARGS, "--collect-only")
+    result = usage(project, *FAST, *SCORER_ARGS, "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
 
@@ -202,13 +202,13 @@ def test_changed_without_git_or_with_a_bad_ref_says_so_in_one_line(
 ) -> None:
     # A checkout somewhere above the temporary directory must not be found instead.
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(repo.path.parent))
-    result = repo.runpytest_subprocess(*FAST, "--reward-hang-changed=no-such-ref")
+    result = usage(repo, *FAST, "--reward-hang-changed=no-such-ref")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["ERROR: --reward-hang-changed: git cannot diff against 'no-such-ref': fatal: *"]
     )
     (repo.path / ".git").rename(repo.path / "not-git")
-    result = repo.runpytest_subprocess(*FAST, "--reward-hang-changed")
+    result = usage(repo, *FAST, "--reward-hang-changed")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["ERROR: --reward-hang-changed: * is not in a git repository: fatal: not a git repository*"]

@@ -17,7 +17,7 @@ import pytest
 
 from pytest_rewardhang.check import _calls, _options
 from pytest_rewardhang.check._checker import contexts_for
-from tests._projects import line_of
+from tests._projects import line_of, usage
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -346,7 +346,7 @@ def test_bad_contexts_and_styles_are_one_line(
     pytester: pytest.Pytester, args: list[str], ini: str, message: str
 ) -> None:
     pytester.makeini(f"[pytest]\n{ini}\n")
-    result = pytester.runpytest_subprocess("--reward-hang-check", "-p", "no:cacheprovider", *args)
+    result = usage(pytester, "--reward-hang-check", "-p", "no:cacheprovider", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert message in err, err

@@ -10,11 +10,10 @@ import textwrap
 
 import pytest
 
-from tests._projects import C_HANG_LINE, SCORERS, fast, scorer_args
+from tests._projects import C_HANG_LINE, SCORERS, XDIST, fast, scorer_args, usage
 
 pytestmark = pytest.mark.timeout(180)
 
-XDIST = pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 FAST = fast(deadline=0.5, max_chars=8192)
 
 
@@ -209,6 +208,19 @@ def test_collect_only_and_marker_selection(project: pytest.Pytester) -> None:
         ),
         ("--reward-hang-max-chars=lots", "ERROR: --reward-hang-max-chars: expected a positive*"),
         (
+            "--reward-hang-deadline=1e306",  # the guard's arithmetic overflowed on it
+            "ERROR: --reward-hang-deadline: expected a positive number of seconds of at most"
+            " 1e+09, got '1e306'",
+        ),
+        (
+            "--reward-hang-memory-mb=inf",
+            "ERROR: --reward-hang-memory-mb: expected a number of MiB, 0 for no limit*",
+        ),
+        (
+            "--reward-hang-memory-mb=1e300",
+            "ERROR: --reward-hang-memory-mb: expected a number of MiB, 0 for no limit of at most *",
+        ),
+        (
             "--reward-hang-fail-on=timeout,slow",
             "ERROR: --reward-hang-fail-on: unknown outcome slow*",
         ),
@@ -230,7 +242,7 @@ def test_collect_only_and_marker_selection(project: pytest.Pytester) -> None:
 def test_nonsense_options_get_one_clear_line(
     project: pytest.Pytester, option: str, message: str
 ) -> None:
-    result = check(project, option)
+    result = usage(project, *FAST, option)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()

@@ -7,6 +7,8 @@ import tomllib
 
 import pytest
 
+from tests._projects import usage
+
 FAST = ["--reward-hang-check", "--reward-hang-deadline=0.5", "-p", "no:cacheprovider"]
 
 SCORERS = '''
@@ -103,7 +105,7 @@ def test_bad_corpora_and_selections_are_one_clean_line(
     if content is not None:
         (project.mkdir("bad") / "x.toml").write_text(content)
         args = ["--reward-hang-corpus=bad"]
-    result = project.runpytest_subprocess(*FAST, "--reward-hang-scorer=scorers.py:c_hang", *args)
+    result = usage(project, *FAST, "--reward-hang-scorer=scorers.py:c_hang", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()

@@ -389,6 +389,7 @@ def fork_storm(path: str, depth: int) -> None:
             os.waitpid(child, 0)
 
 
+@pytest.mark.slow  # a storm or a race, repeated: seconds of real processes
 def test_a_fork_storm_racing_the_kill_leaves_nothing(tmp_path: Path, home: str) -> None:
     path = tmp_path / "pids"
     out, took = timed(fork_storm, str(path), 7, budget=2)
@@ -590,6 +591,7 @@ print(json.dumps({{"calls": calls, "interrupted": interrupted, "kids": sorted(ch
 """
 
 
+@pytest.mark.slow  # a storm or a race, repeated: seconds of real processes
 def test_a_sigint_storm_leaves_no_group_process_or_descriptor(tmp_path: Path) -> None:
     stop, path = tmp_path / "stop", tmp_path / "pids"
     script = _STORM.format(root=str(ROOT))

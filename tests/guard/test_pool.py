@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import Outcome, Pool, Status
+from pytest_rewardhang.guard import NotStarted, Outcome, Pool, Status
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL
 from tests.conftest import assert_dead, children, state
 from tests.guard.conftest import Launch
@@ -318,6 +318,7 @@ def test_printing_more_than_the_pipe_holds_is_not_a_hang(launch: Launch) -> None
     written, kept = 2 * 2**20 + len("done\n"), 64 * 1024
     assert flood.output.startswith("x" * 1023 + "\n")
     assert flood.output.endswith(f"\n[... {written - kept} more bytes of output discarded]")
+    assert (flood.output_dropped, quiet.output_dropped) == (written - kept, 0)
     assert quiet.output == "done\n"  # nothing of the flood is left for the next item
 
 
@@ -334,6 +335,7 @@ def test_writing_more_than_the_pipe_holds_to_fd_1_is_not_a_hang(how: str, launch
     first = "y" if how == "os.write" else "\0"
     assert flood.output.startswith(first * kept + "\n[... ")
     assert flood.output.endswith(f"[... {(3 << 20) - kept} more bytes of output discarded]")
+    assert flood.output_dropped == (3 << 20) - kept
     assert quiet.output == ""  # nothing of the flood is left for the next item
 
 
@@ -482,12 +484,34 @@ def test_what_cannot_travel_is_that_items_error_alone(launch: Launch) -> None:
             assert outs[20].status is Status.ERROR
             assert outs[20].error is not None
             assert "could not be pickled" in outs[20].error
+            assert outs[20].not_started is NotStarted.UNPICKLABLE
+            assert {o.not_started for o in outs[:20] + outs[21:]} == {None}
             assert outs[41].value == 2
     with launch.pool(lock, workers=1, budget=BUDGET) as pool:
         out = pool.map([()])[0]
     assert out.status is Status.ERROR
     assert out.error is not None
     assert "cannot be pickled" in out.error
+    assert out.not_started is None  # the scorer ran: its value would not travel back
+
+
+class Unreadable:
+    """Pickles in the caller; unpickling it in the worker raises (``int("not a number")``)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (int, ("not a number",))
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_an_item_the_worker_cannot_unpickle_never_reaches_the_scorer(launch: Launch) -> None:
+    with launch.pool(size, workers=1, budget=5.0) as pool:
+        (unread,) = pool.map([(Unreadable(),)])
+        (read,) = pool.map([("ab",)])
+    assert unread.status is Status.ERROR
+    assert unread.error is not None
+    assert "could not be unpickled in the worker" in unread.error
+    assert (unread.not_started, unread.value) == (NotStarted.UNREADABLE, None)
+    assert (read.value, read.not_started) == (2, None)
 
 
 # --- how the scorer is given --------------------------------------------------------------------

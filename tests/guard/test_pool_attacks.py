@@ -41,7 +41,7 @@ BUDGET = 0.5
 CALLER_PIPES = frozenset(pipes().values())
 
 
-def attack(kind: str, arg: str = "") -> Any:
+def attack(kind: str, arg: str = "", burn_s: float = 0.0) -> Any:
     if kind == "stop-parent-and-hang":
         os.kill(os.getppid(), signal.SIGSTOP)
         while True:
@@ -155,7 +155,7 @@ def attack(kind: str, arg: str = "") -> Any:
         with open(os.path.join(arg, "probe"), "w") as f:
             f.write("x")
         os.remove(os.path.join(arg, "probe"))
-        burn = time.process_time() + 1.2  # past an RLIMIT_CPU of 1 s left by another item
+        burn = time.process_time() + burn_s  # past an RLIMIT_CPU another item may have left
         while time.process_time() < burn:
             pass
         return (
@@ -321,9 +321,12 @@ def test_what_an_item_changes_does_not_charge_the_next(
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 1024), hard))
     try:
         with launch.pool(attack, workers=1, budget=5.0) as pool:
-            first, later = pool.map([(kind, str(tmp_path)), ("innocent", str(tmp_path))])
+            # Past the 1 s of CPU the "cpu" item leaves as its limit: a worker that kept it
+            # would be killed by SIGXCPU. The other items leave no limit to run into.
+            innocent = ("innocent", str(tmp_path), 1.2 if kind == "cpu" else 0.0)
+            first, later = pool.map([(kind, str(tmp_path)), innocent])
             time.sleep(0.2)  # a thread left running has had time to strike
-            after = pool.map([("innocent", str(tmp_path))])[0]
+            after = pool.map([innocent])[0]
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     # Refused in the caller (a class is not plain data), but pickled in the worker all the same.
@@ -422,6 +425,7 @@ def test_an_item_that_sets_its_pipes_blocking_freezes_no_read(launch: Launch) ->
         assert (printed.status, printed.output) == (Status.OK, "printed\n"), printed.describe()
 
 
+@pytest.mark.slow  # a storm or a race, repeated: seconds of real processes
 @pytest.mark.usefixtures("no_leaks")
 def test_a_large_answer_puts_off_no_deadline_of_the_others(launch: Launch) -> None:
     # The caller checks plain data opcode by opcode before it builds it, half a second a
@@ -493,6 +497,7 @@ def test_a_worker_holds_no_pipe_of_another(launch: Launch) -> None:
 # --- exactly once -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a storm or a race, repeated: seconds of real processes
 @pytest.mark.timeout(120)
 @pytest.mark.usefixtures("no_leaks")
 def test_items_at_the_deadline_start_exactly_once(tmp_path: Path, launch: Launch) -> None:
@@ -661,6 +666,7 @@ print(interrupted, closed, fds() - baseline, len(children()), blocked, flush=Tru
 """
 
 
+@pytest.mark.slow  # a storm or a race, repeated: seconds of real processes
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("no_leaks")
 def test_a_sigint_storm_leaves_nothing(launch: Launch) -> None:

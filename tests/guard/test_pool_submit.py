@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import Outcome, Pool, PoolError, Status
+from pytest_rewardhang.guard import NotStarted, Outcome, Pool, PoolError, Status
 from tests.conftest import assert_dead, children
 
 BUDGET = 0.5
@@ -219,6 +219,7 @@ def test_unpicklable_arguments_and_results_are_error_outcomes() -> None:
         assert outcome.status is Status.ERROR
         assert outcome.error is not None
         assert "could not be pickled" in outcome.error
+        assert outcome.not_started is NotStarted.UNPICKLABLE
         assert lock.result(timeout=LONG).status is Status.ERROR
         assert good.result(timeout=LONG).value == 21
         # every item of a map unpicklable: each an ERROR, and map returns
@@ -490,7 +491,9 @@ def test_ctrl_c_while_waiting_on_a_future_leaves_the_pool_to_the_others(tmp_path
         if not done.is_set():
             raise KeyboardInterrupt
 
-    with Pool(score, workers=2, budget=2.0) as pool:
+    # Long enough for the 0.3 s interrupts to come while items hang; every hung item after
+    # them costs the test its budget.
+    with Pool(score, workers=2, budget=1.0) as pool:
         others = [pool.submit(str(log), f"o{i}") for i in range(20)]
         hung = pool.submit(str(log), "hung", "sleep")
         previous = signal.signal(signal.SIGINT, on_sigint)

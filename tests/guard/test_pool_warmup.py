@@ -136,12 +136,12 @@ def test_a_warmup_that_hangs_in_c_stops_the_start_and_leaves_nothing(
     launch: Launch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A shorter start bound than the 120 s a large scorer's import may need; a real one still.
-    monkeypatch.setattr(_launch, "START_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(_launch, "START_TIMEOUT_S", 1.0)
     started = time.monotonic()
     with pytest.raises(PoolError) as raised:
         launch.pool(warmup_attack, workers=2, budget=BUDGET, warmup=("hang",))
     assert str(raised.value) == (
-        "the pool's zygote did not start within 2 s "
+        "the pool's zygote did not start within 1 s "
         "(importing the scorer and scoring its warm-up item)"
     )
     assert time.monotonic() - started < 30

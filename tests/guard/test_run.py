@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import fnmatch
+import math
 import os
 import re
 import signal
@@ -15,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import Mechanism, Outcome, Status, _proctree, run
+from pytest_rewardhang.guard import Mechanism, Outcome, Pool, Status, _proctree, guarded, run
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL
 from tests.conftest import assert_dead
 
@@ -248,6 +250,7 @@ def test_output_flood_is_discarded_not_buffered() -> None:
     dropped = re.search(r"\.\.\. (\d+) more bytes of output discarded", out.output)
     assert dropped is not None
     assert int(dropped[1]) > 100 * 1024 * 1024
+    assert out.output_dropped == int(dropped[1])  # the same count, as a field
 
 
 # --- memory --------------------------------------------------------------------------------
@@ -280,6 +283,44 @@ def test_nonsense_limits_are_refused() -> None:
             run(int, budget=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="memory_mb must be"):
         run(int, memory_mb=0)
+
+
+NONSENSE = [
+    ({"budget": True}, "budget must be a positive number of seconds, not True"),
+    ({"budget": -math.inf}, "budget must be a positive number of seconds, not -inf"),
+    ({"budget": 1e306}, "budget must be at most 1e+09 seconds, not 1e+306"),
+    ({"budget": 10**5000}, "budget must be at most 1e+09 seconds, not an int of 16610 bits"),
+    ({"memory_mb": math.inf}, "memory_mb must be a positive number of MiB or None, not inf"),
+    ({"memory_mb": math.nan}, "memory_mb must be a positive number of MiB or None, not nan"),
+    ({"memory_mb": False}, "memory_mb must be a positive number of MiB or None, not False"),
+    ({"memory_mb": -5}, "memory_mb must be a positive number of MiB or None, not -5"),
+    ({"memory_mb": 1e13}, "memory_mb must be at most 1.09951e+12 MiB, not 10000000000000.0"),
+]
+
+
+@pytest.mark.parametrize(("limits", "message"), NONSENSE)
+def test_limits_are_checked_at_the_door_naming_the_argument(
+    limits: dict[str, Any], message: str
+) -> None:
+    # Each once slipped through: True as 1 s, inf MiB as a limit every call crashed on, 1e306
+    # as an OverflowError from the deadline's arithmetic.
+    for guard in (
+        lambda: run(int, **limits),
+        lambda: guarded(**limits),
+        lambda: Pool(int, workers=1, **limits),
+    ):
+        with pytest.raises(ValueError, match=r"^(budget|memory_mb) must be ") as raised:
+            guard()
+        assert fnmatch.fnmatchcase(str(raised.value), message), str(raised.value)
+
+
+def test_any_budget_and_memory_a_user_could_mean_work() -> None:
+    # The largest of each, on a call that ends at once: nothing in the deadline's arithmetic
+    # or the memory limit overflows.
+    out = run(len, ("abc",), budget=1e9, memory_mb=float(1 << 40))
+    assert (out.status, out.value) == (Status.OK, 3), out.describe()
+    with Pool(len, workers=1, budget=1e9, memory_mb=float(1 << 40)) as pool:
+        assert pool.map([("abc",)])[0].value == 3
 
 
 # --- descendants -----------------------------------------------------------------------------
@@ -445,6 +486,7 @@ def test_threads_forking_in_a_descendant_are_all_killed(tmp_path: Path) -> None:
     assert out.leaked >= 1  # the forking process, at least
 
 
+@pytest.mark.slow  # a storm or a race, repeated: seconds of real processes
 def test_bounded_fork_storm_is_killed(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     # A caller of some size, as trainers are: a hundred copies of it tearing down at once must

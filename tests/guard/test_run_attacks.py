@@ -24,7 +24,8 @@ import pytest
 
 import pytest_rewardhang
 from pytest_rewardhang.guard import CallFailed, Pool, Status, guarded, run
-from pytest_rewardhang.guard._wire import DUMP_SIGNAL, decode
+from pytest_rewardhang.guard._decode import decode
+from pytest_rewardhang.guard._wire import DUMP_SIGNAL
 from tests.conftest import kill_everything_below, pipes, sigint_storm, state
 
 #: Where the package under test is imported from, for the subprocesses.
@@ -537,6 +538,7 @@ def test_guarded_still_reraises_a_builtin_exception_as_itself() -> None:
 # --- 3. interrupts are safe ------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a storm or a race, repeated: seconds of real processes
 def test_a_sigint_storm_leaves_no_process_zombie_or_descriptor() -> None:
     """A 1 kHz SIGINT storm at a caller calling run() in a loop; then nothing is left."""
     script = textwrap.dedent(

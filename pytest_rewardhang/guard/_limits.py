@@ -1,0 +1,60 @@
+"""The guard's numeric options, checked where they are given.
+
+A nonsense value fails at once with one ``ValueError`` naming the argument, never later in the
+middle of training: a boolean (``budget=True`` is an ``int`` to Python, and meant nothing), NaN,
+an infinity, a negative or zero amount, or one too large for the kernel's limits and timers
+(``memory_mb=math.inf`` made every call crash, ``budget=1e306`` raised ``OverflowError``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TypeGuard
+
+#: The longest budget: 31 years, past any a user means, and short of every overflow in the
+#: deadlines' arithmetic (poll timeouts in milliseconds, monotonic clocks plus the budget).
+MAX_BUDGET_S = 1e9
+#: The largest memory limit: 1 EiB, whose bytes plus what a process maps still fit the kernel's
+#: 63-bit resource limit.
+MAX_MEMORY_MB = float(1 << 40)
+
+
+def _real(value: object) -> TypeGuard[int | float]:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)  # an int of any size is finite
+
+
+def _shown(value: object) -> str:
+    """The value as the message shows it: an int too long for ``repr`` by its size."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
+    return repr(value)
+
+
+def seconds(name: str, value: object, *, zero: bool = False) -> float:
+    """A finite number of seconds, positive (or zero with ``zero``), at most a lifetime."""
+    low = "non-negative" if zero else "positive"
+    if not (_real(value) and (value >= 0 if zero else value > 0)):
+        raise ValueError(f"{name} must be a {low} number of seconds, not {_shown(value)}")
+    if value > MAX_BUDGET_S:
+        raise ValueError(f"{name} must be at most {MAX_BUDGET_S:g} seconds, not {_shown(value)}")
+    return float(value)
+
+
+def mebibytes(name: str, value: object) -> float | None:
+    """None (no limit) or a finite positive number of MiB the kernel can enforce."""
+    if value is None:
+        return None
+    if not (_real(value) and value > 0):
+        raise ValueError(f"{name} must be a positive number of MiB or None, not {_shown(value)}")
+    if value > MAX_MEMORY_MB:
+        raise ValueError(f"{name} must be at most {MAX_MEMORY_MB:g} MiB, not {_shown(value)}")
+    return float(value)
+
+
+def count(name: str, value: object) -> int:
+    """A positive int (not a bool, not a float that happens to be whole)."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise ValueError(f"{name} must be a positive int, not {_shown(value)}")
+    return value
