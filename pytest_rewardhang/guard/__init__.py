@@ -16,8 +16,14 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 - ``_child``: what runs in a guarded process (stdio, stack dump, memory limit, the call);
 - ``_wire``: every frame and message that crosses a pipe or socket, both ends;
 - ``_decode``: the security boundary: every decode of what a guarded process sent;
-- ``_proctree``: finding, killing and reaping a process's descendants through ``/proc``;
-- ``_contain``: a PID namespace around the guarded process, so nothing outlives the call;
+- ``_limits``: the numeric options checked at the door;
+- ``_procfs``: reading ``/proc`` (stat, status, children, the walk of a process's descendants);
+- ``_libc``: ``prctl`` (subreaper, death signal) and the PID namespace calls, through libc;
+- ``_treekill``: the subreaper's kill of a child's tree, stopped first; ``_walkkill``: the
+  kill that walks a tree that cannot fork; ``_reap``: reaping, and the sweep of the unreaped;
+  ``_backoff``: the pauses of the poll loops;
+- ``_contain``: how guarded processes are contained, chosen once (a cgroup, a PID namespace or
+  the subreaper), and each one's cage; ``_pidns``: the PID namespace; ``_cgroup``: the cgroup;
 - ``_spec``: importing a callable from ``pkg.mod:attr`` or ``path/file.py:attr``;
 - ``_pool``: :class:`Pool` (its docstring draws how an item goes through it); behind it
   ``_driver`` (which thread drives, the inbox, close), ``_engine`` (the loop: deadlines,

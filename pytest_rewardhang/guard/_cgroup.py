@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from . import _proctree
+from . import _backoff, _procfs, _reap, _walkkill
 
 #: The prefix of every folder this module makes; a cgroup path holding one is a guard's.
 PREFIX = "rewardhang-"
@@ -215,7 +215,7 @@ def _can_join(path: str) -> bool:
         return False
     finally:
         os.close(procs)
-        _remove(probe, time.monotonic() + _proctree.REAP_WAIT_S)
+        _remove(probe, time.monotonic() + _reap.REAP_WAIT_S)
 
 
 def _start_keeper(path: str) -> bool:
@@ -246,7 +246,7 @@ def _start_keeper(path: str) -> bool:
         os.close(say)
     try:
         # The first process exits as soon as it has forked the keeper: reaped here, bounded.
-        if _proctree.reap_within(pid, None, 10.0)[0] != 0:
+        if _reap.reap_within(pid, None, 10.0)[0] != 0:
             return False
         keeper = int(os.read(said, 32) or b"0")
         started = _started(keeper) if keeper else None
@@ -263,7 +263,7 @@ def _start_keeper(path: str) -> bool:
 def _started(pid: int) -> bytes | None:
     """When ``pid`` started (``/proc/PID/stat``'s field 22), which tells it from a later
     process of the same pid; None once it has exited."""
-    fields = _proctree.stat_fields(pid)
+    fields = _procfs.stat_fields(pid)
     if fields is None or fields[0] in (b"Z", b"X"):
         return None
     return fields[19]
@@ -279,7 +279,7 @@ def _check_keeper() -> None:
             if _keeper == [(pid, started)]:
                 _keeper.clear()
                 _start_keeper(_home[0])
-    elif _proctree.stopped(pid):
+    elif _procfs.stopped(pid):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGCONT)
 
@@ -310,7 +310,7 @@ def kill_strays() -> int:
     where = "0::/" + os.path.relpath(group.path, _mount() or "/")
     killed = 0
     for pid in group.members():
-        if pid == me or not _proctree.alive(pid):
+        if pid == me or not _procfs.alive(pid):
             continue
         try:
             pidfd = os.pidfd_open(pid)
@@ -409,7 +409,7 @@ class Group:
 
     def _await_frozen(self, timeout: float) -> None:
         """Wait until every member is frozen, or ``timeout`` seconds."""
-        backoff = _proctree.Backoff(time.monotonic() + timeout)
+        backoff = _backoff.Backoff(time.monotonic() + timeout)
         while True:
             try:
                 with open(os.path.join(self.path, "cgroup.events"), "rb") as f:
@@ -430,7 +430,7 @@ class Group:
         living members were not ``spare`` (those a kill before this one reached are dead
         already, not counted). Bounded: a task in a vfork wait never freezes.
 
-        The others go to nice 19 for their teardown, as :func:`._proctree.kill_descendants`
+        The others go to nice 19 for their teardown, as :func:`._walkkill.kill_descendants`
         does: a hundred forks of a large caller tearing down at once would hold up the exit of
         ``spare`` (the guarded process), which the caller waits for.
         """
@@ -440,9 +440,9 @@ class Group:
             self._await_frozen(FREEZE_WAIT_S)
         living = 0
         for pid in self.members():  # again, frozen: what forked meanwhile is there too
-            if pid != spare and _proctree.alive(pid):
+            if pid != spare and _procfs.alive(pid):
                 living += 1
-                _proctree.demote(pid)
+                _walkkill.demote(pid)
         return living
 
     def strike(self) -> None:
@@ -481,7 +481,7 @@ def _at(dir_fd: int) -> Callable[[str, int], int]:
 
 def _rmdir(name: str, dir_fd: int | None, until: float) -> bool:
     """Remove one folder once it is empty, waiting until ``until``; False if it is not."""
-    backoff = _proctree.Backoff(until)
+    backoff = _backoff.Backoff(until)
     while True:
         try:
             os.rmdir(name, dir_fd=dir_fd)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import _proctree
+from . import _libc, _reap, _walkkill
 from ._outcome import Status, raised
 from ._wire import DUMP_SIGNAL, framed, pickle_frame, write_all
 
@@ -38,13 +38,13 @@ def run_child(
     code = 70
     try:
         os.setsid()
-        subreaper = _proctree.become_subreaper(parent_pid)
+        subreaper = _libc.become_subreaper(parent_pid)
         setup_child(output_w, stack_w, memory_mb)
         frame = call(fn, args, kwargs)
         leaked = 0
         if subreaper:
-            leaked = _proctree.kill_descendants(os.getpid())
-            leaked += _proctree.reap_children()
+            leaked = _walkkill.kill_descendants(os.getpid())
+            leaked += _reap.reap_children()
         write_all(result_w, framed(pickle_frame((*frame, leaked))))
         code = 0
     except BaseException:  # noqa: BLE001, S110 - no result is reported as a crash by the parent

@@ -1,36 +1,31 @@
-"""Nothing outlives the call: where the platform allows, the guarded process and everything it
-starts live in a PID namespace of their own, and the kernel kills all of it with the namespace.
+"""Nothing outlives the call: how the guarded processes are contained, chosen once per process
+(:func:`strategy`), and what contains each one (a :class:`Cage`) from before its fork to after
+its reaping.
 
-:func:`start` gives the calling thread's next children a new PID namespace and forks its init:
-a copy of the caller that only waits. ``run()`` then forks the guarded process into it (pid 2 of
-the namespace, so the call keeps ordinary signal semantics: an init ignores every signal it has
-no handler for) and takes its own namespace back (:meth:`Namespace.restore`): only that thread,
-for two forks, can start no thread meanwhile (the kernel refuses a thread in another PID
-namespace). A pool's zygote starts one namespace for all its workers and stays outside it.
+Three mechanisms, strongest first. A PID namespace (:mod:`._pidns`, opt-in: the call sees the
+namespace's pids) around each ``run()`` child, and one around all of a pool's workers, which the
+kernel kills whole with its init. Else, by default where one can be made, a cgroup (v2) of its
+own for each guarded process and each pool's zygote (:mod:`._cgroup`), which the kernel kills
+whole in one write. Else the subreaper alone: every guarded process adopts its orphans, and the
+guard finds and kills its tree through ``/proc`` (:mod:`._treekill`). Every guarded process is
+a child subreaper in any case: see :class:`Containment` for what each one holds against.
 
-What the call starts gets a pid of the namespace; its orphans re-parent to the guarded process
-(a subreaper) or, once that is gone, to the init. When the init dies, the kernel SIGKILLs every
-process in the namespace and no fork into it succeeds any more: no ``setsid``, double fork, or
-``prctl`` turning off the subreaper and the death signal gets a process out, and nothing inside
-can name a process outside (a scorer cannot stop or kill its zygote). The init dies when the
-guard kills it, after each ``run()`` (:meth:`Namespace.close`, which counts what was left) and
-when a pool's zygote shuts down; with its parent thread (its death signal); and when the process
-that started the guard dies (a pidfd it polls): run's caller, a pool's caller.
-
-The namespace is opt-in (the call sees the namespace's pids). By default the guarded process
-lives in a cgroup of its own where one can be made (:mod:`._cgroup`), and is a child subreaper
-in any case: see :class:`Containment`. :func:`group` says which a new guarded process gets.
+The callers (``run()``'s fork, the pool's launch of its zygote, the zygote's forks of its
+workers) ask the strategy for a cage and call the cage's methods; none of them asks which
+mechanism it is. A cage whose group or namespace could not be made is the subreaper's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import select
+import resource
 import signal
+import time
+from typing import Protocol
 
-from . import _cgroup, _proctree
+from . import _cgroup, _libc, _pidns, _reap, _treekill
 from ._outcome import Containment
+from ._pidns import Namespace
 
 _containment: list[Containment] = []
 
@@ -40,116 +35,15 @@ def containment() -> Containment:
     asked for (opt-in), else a cgroup where one can be made (:mod:`._cgroup`), else the
     subreaper."""
     if not _containment:
-        if _proctree.pid_namespaces():
+        if _libc.pid_namespaces():
             _containment.append(Containment.PID_NAMESPACE)
         elif _cgroup.home():
             _containment.append(Containment.CGROUP)
-        elif _proctree.can_subreap():
+        elif _libc.can_subreap():
             _containment.append(Containment.SUBREAPER)
         else:
             _containment.append(Containment.NONE)
     return _containment[0]
-
-
-class Namespace:
-    """A PID namespace started by this thread, and its init (our child)."""
-
-    def __init__(self, own: int, init: int) -> None:
-        #: A descriptor of our own namespace until :meth:`restore`; -1 after.
-        self.own = own
-        self.init = init
-
-    def restore(self) -> None:
-        """This thread's next children join our own namespace again."""
-        own, self.own = self.own, -1
-        if own >= 0 and not _proctree.back_to_pid_namespace(own):  # pragma: no cover
-            # Never seen: setns back to one's own namespace needs what unshare needed. Every
-            # later fork of this thread would fail (ENOMEM) once the init is gone.
-            raise OSError("could not return to our own PID namespace after a guarded fork")
-
-    def stay(self) -> None:
-        """Keep forking into the namespace (a zygote): forget the way back."""
-        own, self.own = self.own, -1
-        if own >= 0:
-            os.close(own)
-
-    def orphans(self) -> int:
-        """Kill what is left running in the namespace below the init; how many there were."""
-        if not self.init:
-            return 0
-        return _proctree.kill_descendants(self.init)
-
-    def close(self) -> int:
-        """Kill everything in the namespace; how many were left running (the init aside).
-
-        The processes of the namespace that are our own children (the guarded process) must be
-        reaped first: the init's exit waits until nothing of its namespace is left, zombies
-        included. Bounded: the init is reaped within :data:`_proctree.REAP_WAIT_S` or left to
-        the next sweep of unreaped children.
-        """
-        init = self.init
-        if not init:
-            return 0
-        leaked = self.orphans()
-        self.init = 0
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(init, signal.SIGKILL)
-        _proctree.reap_within(init, None, _proctree.REAP_WAIT_S)
-        return leaked
-
-
-def start(watch: int | None = None) -> Namespace | None:
-    """Give the calling thread's next children a new PID namespace, and start its init.
-
-    ``watch``: a pidfd whose process's death ends the namespace too (a pool's caller); the
-    process that calls this is always watched. None where namespaces are unavailable.
-    """
-    if not _proctree.pid_namespaces():
-        return None
-    own = _proctree.open_pid_namespace()
-    if not _proctree.new_pid_namespace():
-        os.close(own)
-        return None
-    ours = Namespace(own, 0)
-    watched = [] if watch is None else [watch]
-    ourselves = -1
-    try:
-        with contextlib.suppress(OSError):  # without it, the death signal alone
-            ourselves = os.pidfd_open(os.getpid())
-            watched.append(ourselves)
-        init = os.fork()
-        if init == 0:  # pragma: no cover - the namespace's init
-            _init(watched)
-        ours.init = init
-    except BaseException:
-        ours.restore()
-        raise
-    finally:
-        if ourselves >= 0:
-            os.close(ourselves)
-    return ours
-
-
-def _init(watch: list[int]) -> None:  # pragma: no cover - runs only as a namespace's init
-    """Wait, doing nothing, until a watched process dies or the guard kills us; then exit."""
-    try:
-        _proctree.die_with_parent()
-        # Auto-reap orphans; and no Ctrl-C (the only signal with a handler): the rest, sent
-        # from inside the namespace, an init ignores.
-        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_SETMASK, ())
-        low = 0
-        for fd in sorted(set(watch)):
-            os.closerange(low, fd)
-            low = fd + 1
-        os.closerange(low, 1 << 20)
-        poller = select.poll()
-        for fd in watch:
-            poller.register(fd, select.POLLIN)
-        poller.poll()
-    finally:
-        os._exit(0)
 
 
 def prepare() -> None:
@@ -159,9 +53,221 @@ def prepare() -> None:
         _cgroup.home()
 
 
-def group(*, capped: bool = True) -> _cgroup.Group | None:
-    """A cgroup for the next guarded process (or pool's zygote: not ``capped``), where cgroups
-    contain this process's calls."""
-    if containment() is not Containment.CGROUP:
-        return None
-    return _cgroup.Group.make(capped=capped)
+class Strays(Protocol):
+    """A pool's zygote, as a worker's cage sees it once the worker is reaped."""
+
+    def sweep(self) -> int:
+        """Kill and reap the orphans that came to it; how many were still alive."""
+
+    def reap_exited(self) -> None:
+        """Reap, without waiting, the orphans that have exited."""
+
+
+class Cage:
+    """What contains one guarded process (a ``run()`` child, a pool's worker or zygote): here,
+    the subreaper's, its own subtree and nothing more; found through ``/proc``, killed stopped
+    first (:mod:`._treekill`), its orphans swept by whoever they re-parent to.
+
+    The parent makes the cage before the fork, calls :meth:`forked` after it, the child
+    :meth:`enter` first thing; the kill and the close come after.
+    """
+
+    def __init__(self, containment: Containment) -> None:
+        #: What the call's :class:`Outcome` says contained it.
+        self.containment = containment
+
+    def spawn_actions(self, fd: int) -> list[tuple[int, int, int]]:
+        """``posix_spawn`` file actions that give a spawned process the means to
+        :func:`._cgroup.join` its cage as ``fd``; none needed."""
+        return []
+
+    def forked(self) -> None:
+        """In the parent, once the fork is done (or failed)."""
+
+    def enter(self) -> bool:
+        """In the child, first thing: move into the cage; False if it could not."""
+        return True
+
+    def kill_and_reap(
+        self, pid: int, pidfd: int | None, timeout: float
+    ) -> tuple[int, int, resource.struct_rusage | None]:
+        """Kill the child ``pid`` and all below it, and reap it within ``timeout``: how many it
+        left running, its wait status and resource usage (see :func:`._treekill.kill_and_reap`)."""
+        return _treekill.kill_and_reap(pid, pidfd, timeout)
+
+    def freeze(self) -> bool:
+        """Start holding everything in the cage still, ahead of :meth:`kill` (so that several
+        cages freeze at once); False where nothing can be: the kill stops the tree itself."""
+        return False
+
+    def kill(self, pid: int, pidfd: int) -> int:
+        """Kill the child ``pid`` and all below it, left to reap; how many there were."""
+        return _treekill.kill_tree(pid, pidfd)
+
+    def kill_others(self, spare: int = 0) -> int:
+        """Kill at once all in the cage but ``spare``, where the cage holds them all; how many."""
+        return 0
+
+    def close(self, until: float) -> int:
+        """Kill what is left in the cage, awaited until ``until`` (monotonic), and remove it;
+        how many were left running. A second call does nothing."""
+        return 0
+
+    def kill_strays(self) -> int:
+        """In the guarded process (a pool's worker between items): kill what its item left in
+        the cage outside its subtree (the ``prctl`` escape); how many. None is found here."""
+        return 0
+
+    def close_reaped(self, strays: Strays) -> int:
+        """Once a pool's worker is reaped: kill what it left running; how many. Its orphans
+        came to the zygote alive: swept."""
+        return strays.sweep()
+
+
+class _GroupCage(Cage):
+    """A cgroup of the process's own (:mod:`._cgroup`): one write kills all it started,
+    escaped from its subtree or not."""
+
+    def __init__(self, group: _cgroup.Group) -> None:
+        super().__init__(Containment.CGROUP)
+        self.group = group
+
+    def spawn_actions(self, fd: int) -> list[tuple[int, int, int]]:
+        return [(os.POSIX_SPAWN_DUP2, self.group.procs, fd)]
+
+    def enter(self) -> bool:
+        return self.group.join()
+
+    def kill_and_reap(
+        self, pid: int, pidfd: int | None, timeout: float
+    ) -> tuple[int, int, resource.struct_rusage | None]:
+        """The group is frozen, the child killed and reaped, then the rest killed in one write
+        (their emptying :meth:`close` awaits).
+
+        The child goes first, the rest held frozen meanwhile: a hundred forks of a large
+        caller tearing down beside it, sharing its memory, held its own teardown up past the
+        deadline's bound on a busy machine, and it would be left unreaped.
+        """
+        leaked = self.group.stop(spare=pid)
+        # By its pidfd, not through the group: a call may have moved it out of it.
+        _treekill.signal_child(pid, pidfd, signal.SIGKILL)
+        reaped = _reap.reap_within(pid, pidfd, timeout)
+        self.group.strike()
+        return (leaked, *reaped)
+
+    def freeze(self) -> bool:
+        self.group.freeze()
+        return True
+
+    def kill(self, pid: int, pidfd: int) -> int:
+        leaked = self.group.kill(spare=pid)  # one write kills it and all below it
+        _treekill.signal_child(pid, pidfd, signal.SIGKILL)  # moved out of it, say
+        return leaked
+
+    def kill_others(self, spare: int = 0) -> int:
+        return self.group.kill(spare=spare)
+
+    def close(self, until: float) -> int:
+        return self.group.close(until)
+
+    def kill_strays(self) -> int:
+        return _cgroup.kill_strays()
+
+    def close_reaped(self, strays: Strays) -> int:
+        """What it left running, escaped from its subtree or not, is killed and counted here.
+        Its orphans re-parented to the zygote are reaped once they have exited, not waited
+        for: fifty forks tearing down took 150 ms, and replacements waited behind it."""
+        leaked = self.group.close(time.monotonic())  # removed later if still exiting
+        strays.reap_exited()
+        return leaked
+
+
+class _NamespaceCage(Cage):
+    """A PID namespace of the call's own (:mod:`._pidns`), which the child is forked into."""
+
+    def __init__(self, namespace: Namespace) -> None:
+        super().__init__(Containment.PID_NAMESPACE)
+        self.namespace = namespace
+
+    def forked(self) -> None:
+        self.namespace.restore()
+
+    def enter(self) -> bool:
+        self.namespace.stay()
+        return True
+
+    def close(self, until: float) -> int:
+        # After the child's reaping: the init's exit awaits it.
+        return self.namespace.close()
+
+
+class Strategy:
+    """How this process contains its guarded calls: here, by the subreaper alone."""
+
+    def __init__(self, containment: Containment) -> None:
+        self.containment = containment
+
+    def call(self) -> Cage:
+        """The cage of a ``run()`` child, made before its fork."""
+        return Cage(self.containment)
+
+    def zygote(self) -> Cage:
+        """The cage of a pool's zygote, made before it is started."""
+        return Cage(self.containment)
+
+    def worker(self) -> Cage:
+        """The cage of a pool's worker, made by its zygote before the fork."""
+        return Cage(self.containment)
+
+    def workers(self, watch: int) -> Namespace:
+        """In a pool's zygote, the PID namespace it forks all its workers into, dying with the
+        process ``watch`` is a pidfd of; :meth:`Namespace.none` where there is none."""
+        return Namespace.none()
+
+
+class _Cgroups(Strategy):
+    def call(self) -> Cage:
+        return self._group(capped=True)
+
+    def zygote(self) -> Cage:
+        # Uncapped: each of its workers' groups below it is capped.
+        return self._group(capped=False)
+
+    def worker(self) -> Cage:
+        return self._group(capped=True)
+
+    @staticmethod
+    def _group(*, capped: bool) -> Cage:
+        group = _cgroup.Group.make(capped=capped)
+        if group is None:  # its group could not be made
+            return Cage(Containment.SUBREAPER)
+        return _GroupCage(group)
+
+
+class _Namespaces(Strategy):
+    def call(self) -> Cage:
+        namespace = _pidns.start()
+        return Cage(self.containment) if namespace is None else _NamespaceCage(namespace)
+
+    def workers(self, watch: int) -> Namespace:
+        # It dies with the caller even if the zygote is stopped, and nothing in it can name
+        # the zygote to stop or kill it. The zygote stays outside, forking into it.
+        namespace = _pidns.start(watch)
+        if namespace is None:
+            return Namespace.none()
+        namespace.stay()
+        return namespace
+
+
+#: One strategy for each containment: the one in force is chosen by :func:`containment`'s probe.
+_STRATEGIES: dict[Containment, Strategy] = {
+    Containment.PID_NAMESPACE: _Namespaces(Containment.PID_NAMESPACE),
+    Containment.CGROUP: _Cgroups(Containment.CGROUP),
+    Containment.SUBREAPER: Strategy(Containment.SUBREAPER),
+    Containment.NONE: Strategy(Containment.NONE),
+}
+
+
+def strategy() -> Strategy:
+    """This process's :class:`Strategy`, for its :func:`containment` (probed once)."""
+    return _STRATEGIES[containment()]

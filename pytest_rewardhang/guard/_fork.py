@@ -5,7 +5,7 @@ child's pidfd and on three pipes (result, output, stack) with the time left as t
 it wakes exactly at the deadline, drains a large result while the child writes it, and works
 from any thread and from many threads at once. The child's side is :mod:`._child`.
 
-Every wait is bounded (see :func:`._proctree.kill_tree` for the kill), and a
+Every wait is bounded (see :func:`._treekill.kill_tree` for the kill), and a
 ``KeyboardInterrupt`` may strike anywhere (a 1 kHz SIGINT storm does): the call's state lives
 on a :class:`_Call`, each resource is recorded by the same C call that creates it (so no
 interrupt can fall between the two), the two short sections that create and release them run
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
-from . import _cgroup, _contain, _proctree
+from . import _cgroup, _contain, _libc, _reap
 from ._child import run_child
 from ._decode import died, output_text, run_answer, stack_text
 from ._interrupts import MASKED, sigmask
@@ -85,7 +85,7 @@ def missing_features() -> tuple[str, ...]:
             "/proc/PID/task/TID/children: descendants the call leaves running are not found "
             "(only its process group is killed)"
         )
-    if not _proctree.can_subreap():
+    if not _libc.can_subreap():
         missing.append(
             "PR_SET_CHILD_SUBREAPER (Linux): orphaned descendants of the call are not found "
             "(only its process group is killed)"
@@ -107,9 +107,9 @@ def run_forked(
     memory_mb: float | None,
     objects: bool = False,
 ) -> Outcome:
-    _proctree.prepare()
+    _libc.prepare()
     missing_features()
-    _proctree.sweep_unreaped()
+    _reap.sweep_unreaped()
     call = _Call(budget, objects)
     try:
         call.start(fn, args, kwargs, memory_mb)
@@ -137,9 +137,8 @@ class _Call:
         self.closed: dict[str, None] = {}
         self.reaped: list[tuple[int, int, resource.struct_rusage | None]] = []
         #: Where the platform allows, the child joins a cgroup of its own, or (opt-in) is
-        #: forked into a PID namespace of its own.
-        self.group: _cgroup.Group | None = None
-        self.namespace: _contain.Namespace | None = None
+        #: forked into a PID namespace of its own; else the subreaper's.
+        self.cage = _contain.Cage(Containment.NONE)
         self.parent_pid = os.getpid()
         self.start_time = 0.0
         self.result = bytearray()
@@ -170,20 +169,17 @@ class _Call:
                 _keep(self.mask, sigmask, signal.SIG_BLOCK, MASKED)
             for _ in range(3):
                 _keep(self.pipes, os.pipe2, os.O_CLOEXEC)
-            self.group = _contain.group()
-            self.namespace = _contain.start()
+            self.cage = _contain.strategy().call()
             self.start_time = time.perf_counter()
             try:
                 _keep(self.forked, os.fork)
             finally:
-                if self.namespace is not None and self.forked[:1] != [0]:
-                    self.namespace.restore()
+                if self.forked[:1] != [0]:
+                    self.cage.forked()
             if self.forked[0] == 0:  # pragma: no cover - the child; reports through the pipes
-                if self.group is not None and not _cgroup.join(self.group.procs):
+                if not self.cage.enter():
                     os._exit(70)  # reported as a crash: never a call left uncontained
                 _cgroup.close_inherited()
-                if self.namespace is not None:
-                    self.namespace.stay()
                 self._unblock()
                 (result_r, result_w), (output_r, output_w), (stack_r, stack_w) = self.pipes
                 os.close(result_r)
@@ -217,11 +213,8 @@ class _Call:
     def _release(self) -> None:
         if self.forked and self.forked[0] > 0 and not self.reaped:
             # Interrupted, or an error in the caller: leave nothing running.
-            self.reaped.append(self._kill_and_reap(_proctree.REAP_WAIT_S))
-        if self.group is not None:
-            self.group.close(time.monotonic() + _proctree.REAP_WAIT_S)
-        if self.namespace is not None:  # after the child's reaping: the init's exit awaits it
-            self.namespace.close()
+            self.reaped.append(self._kill_and_reap(_reap.REAP_WAIT_S))
+        self.cage.close(time.monotonic() + _reap.REAP_WAIT_S)
         for i, (read, write) in enumerate(self.pipes):
             _close_once(self.closed, f"r{i}", read)
             _close_once(self.closed, f"w{i}", write)
@@ -234,23 +227,9 @@ class _Call:
         return self.pidfds[0] if self.pidfds else None
 
     def _kill_and_reap(self, timeout: float) -> tuple[int, int, resource.struct_rusage | None]:
-        """Kill the child and all below it, and reap it within ``timeout``: where it has a
-        cgroup, the group is frozen, the child killed and reaped, then the rest killed in one
-        write (their emptying :meth:`_cgroup.Group.close` awaits); else by a walk.
-
-        The child goes first, the rest held frozen meanwhile: a hundred forks of a large
-        caller tearing down beside it, sharing its memory, held its own teardown up past the
-        deadline's bound on a busy machine, and it would be left unreaped.
-        """
-        pid = self.forked[0]
-        if self.group is None:
-            return _proctree.kill_and_reap(pid, self._pidfd(), timeout)
-        leaked = self.group.stop(spare=pid)
-        # By its pidfd, not through the group: a call may have moved it out of it.
-        _proctree.signal_child(pid, self._pidfd(), signal.SIGKILL)
-        reaped = _proctree.reap_within(pid, self._pidfd(), timeout)
-        self.group.strike()
-        return (leaked, *reaped)
+        """Kill the child and all below it, and reap it within ``timeout``: the child first,
+        the rest held still meanwhile (see :meth:`._contain.Cage.kill_and_reap`)."""
+        return self.cage.kill_and_reap(self.forked[0], self._pidfd(), timeout)
 
     def wait(self) -> Outcome:
         pid = self.forked[0]
@@ -269,9 +248,9 @@ class _Call:
         finally:
             try:
                 if exited:
-                    settle = _proctree.REAP_WAIT_S
+                    settle = _reap.REAP_WAIT_S
                     until = time.monotonic() + settle
-                    reaped = (0, *_proctree.reap_within(pid, self._pidfd(), settle))
+                    reaped = (0, *_reap.reap_within(pid, self._pidfd(), settle))
                 else:
                     # What it takes the kernel to tear the child and its descendants down is
                     # awaited up to _SETTLED_S past the deadline, so none is left exiting.
@@ -283,10 +262,7 @@ class _Call:
                 self._unblock()
         leaked, wait_status, usage = self.reaped[0]
         # What escaped the child's subtree: its orphans.
-        if self.group is not None:
-            leaked += self.group.close(until)
-        if self.namespace is not None:
-            leaked += self.namespace.close()
+        leaked += self.cage.close(until)
         self._drain()
         return self._outcome(wall, timed_out, dumped, wait_status, usage, leaked)
 
@@ -384,8 +360,7 @@ class _Call:
             self.budget,
             _contain.containment(),
         )
-        if self.group is None and common["containment"] is Containment.CGROUP:
-            common["containment"] = Containment.SUBREAPER  # its group could not be made
+        common["containment"] = self.cage.containment  # the subreaper's, where its group failed
         if not timed_out and frame_complete(self.result):
             answer, child_leaked = run_answer(self.result, objects=self.objects)
             return answered(answer, leaked + child_leaked, common)

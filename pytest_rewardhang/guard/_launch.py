@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import _cgroup, _contain, _proctree
+from . import _cgroup, _contain, _treekill
 from ._interrupts import let_in
 from ._spec import SpecError, is_file_target, split_spec
 from ._wire import (
@@ -204,16 +204,16 @@ class Zygote:
         self,
         sock: socket.socket,
         pid: int,
-        group: _cgroup.Group | None,
+        cage: _contain.Cage,
         *,
         forked: bool = False,
     ) -> None:
         self.sock = sock
         self.pid = pid
         self.pidfd = -1
-        #: Where cgroups contain the calls, the zygote's own (its workers' groups are below
-        #: it): killing it kills everything the pool made, whatever an item did to the zygote.
-        self.group = group
+        #: Where cgroups contain the calls, the zygote's own group (its workers' groups are
+        #: below it): killing it kills everything the pool made, whatever an item did to it.
+        self.cage = cage
         self.forked = forked
 
     @classmethod
@@ -229,8 +229,8 @@ class Zygote:
         # than spelled: neither depends on where this file sits in the package.
         top = sys.modules[__name__.partition(".")[0]]
         root = str(Path(top.__file__ or "").resolve().parent.parent)
-        group = _contain.group(capped=False)
-        joins = [] if group is None else [(os.POSIX_SPAWN_DUP2, group.procs, GROUP_FD)]
+        cage = _contain.strategy().zygote()
+        joins = cage.spawn_actions(GROUP_FD)
         code = _ZYGOTE_CODE.format(root=root, module=zygote_main.__module__, joins=bool(joins))
         argv = [sys.executable, "-c", code]
         config = list(config_message(list(sys.path), target, memory_mb, warmup))
@@ -254,10 +254,9 @@ class Zygote:
                 theirs.close()
         except BaseException:
             ours.close()
-            if group is not None:
-                group.close(time.monotonic())
+            cage.close(time.monotonic())
             raise
-        return cls(ours, pid, group)._started(config, warmup)
+        return cls(ours, pid, cage)._started(config, warmup)
 
     @classmethod
     def fork(
@@ -270,19 +269,17 @@ class Zygote:
         """
         parent = os.getpid()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        group = _contain.group(capped=False)
+        cage = _contain.strategy().zygote()
         try:
             pid = os.fork()
         except BaseException:
             ours.close()
             theirs.close()
-            if group is not None:
-                group.close(time.monotonic())
+            cage.close(time.monotonic())
             raise
         if pid == 0:  # pragma: no cover - the zygote
             try:
-                if group is not None:
-                    _cgroup.join(group.procs)
+                cage.enter()
                 _cgroup.close_inherited()
                 for fd in [*inherited, ours.fileno()]:
                     with contextlib.suppress(OSError):
@@ -291,7 +288,7 @@ class Zygote:
             finally:
                 os._exit(70)
         theirs.close()
-        return cls(ours, pid, group, forked=True)._started([], warmup)
+        return cls(ours, pid, cage, forked=True)._started([], warmup)
 
     def _started(self, config: list[bytes], warmup: Warmup) -> Zygote:
         """Hold its pidfd, send it ``config``, wait until it is ready; gone if any of it fails."""
@@ -366,11 +363,9 @@ class Zygote:
         is found through ``/proc`` while it is held stopped (all there is without a group).
         """
         until = time.monotonic() + _REAP_S
-        if self.group is not None:
-            self.group.kill(spare=self.pid)
-        _proctree.kill_and_reap(self.pid, self.pidfd if self.pidfd >= 0 else None, _REAP_S)
-        if self.group is not None:
-            self.group.close(until)
+        self.cage.kill_others(spare=self.pid)
+        _treekill.kill_and_reap(self.pid, self.pidfd if self.pidfd >= 0 else None, _REAP_S)
+        self.cage.close(until)
 
     def close(self) -> None:
         """Close the caller's descriptors; the process is :meth:`stop`'s."""

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _proctree
+from . import _libc, _procfs
 from ._handle import DEAD, KILLED, STARTING, Watched, Worker
 from ._launch import PoolError, Zygote, import_target, warn_if_large, worker_pipes
 from ._spec import SpecError, load_callable
@@ -76,7 +76,7 @@ class Processes:
 
     def start(self, fn: Callable[..., Any] | str) -> None:
         """Start the zygote and ask it for every worker (their start is awaited by the loop)."""
-        _proctree.prepare()
+        _libc.prepare()
         target = import_target(fn)
         if target is not None and sys.executable:
             try:
@@ -194,7 +194,7 @@ class Processes:
 
     def _zygote_stopped(self) -> bool:
         assert self.zygote is not None
-        return _proctree.stopped(self.zygote.pid)
+        return _procfs.stopped(self.zygote.pid)
 
     def replace(self, why: str, died: Died) -> None:
         """Kill the zygote and everything below it, account for its workers' items, restart."""

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _cgroup, _proctree
+from . import _contain, _procfs, _reap, _walkkill
 from ._child import call, setup_child
 from ._outcome import UNREADABLE_ITEMS, NotStarted, Status
 from ._wire import (
@@ -50,6 +50,7 @@ def serve(
     fds: dict[str, int],
     memory_mb: float | None,
     subreaper: bool,
+    cage: _contain.Cage,
 ) -> None:  # pragma: no cover - runs only in a worker; never returns
     code = 70
     try:
@@ -58,7 +59,7 @@ def serve(
         fence = mmap.mmap(fds["fence"], FENCE.size)
         os.close(fds["fence"])
         _Serve(
-            fn, fds["task_r"], fds["result_w"], fds["output_r"], subreaper, dropped, fence
+            fn, fds["task_r"], fds["result_w"], fds["output_r"], subreaper, cage, dropped, fence
         ).loop()
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the caller sees the exit and reports the item
@@ -284,7 +285,7 @@ class _State:  # pragma: no cover - worker only
         try:
             if [_identity(fd) for fd in (1, 2)] != self.stdio:
                 return False
-            threads = _proctree.own_threads(1, _THREAD_EXIT_S)
+            threads = _procfs.own_threads(1, _THREAD_EXIT_S)
             opened = {int(fd) for fd in os.listdir("/proc/self/fd")}
         except (OSError, ValueError, IndexError):
             return False
@@ -327,6 +328,7 @@ class _Serve:  # pragma: no cover - worker only
         result_w: int,
         output_r: int,
         subreaper: bool,
+        cage: _contain.Cage,
         dropped: _Dropped,
         fence: mmap.mmap,
     ) -> None:
@@ -341,10 +343,13 @@ class _Serve:  # pragma: no cover - worker only
         self.output_poll = select.poll()
         self.output_poll.register(output_r, select.POLLIN)
         self.subreaper = subreaper
+        #: What contains this worker (joined already): it kills what an item left outside
+        #: the worker's subtree, where it can.
+        self.cage = cage
         self.children_fd = -1
         if subreaper:
             try:
-                pid = _proctree.own_pid()  # as /proc names it: we may be in a PID namespace
+                pid = _procfs.own_pid()  # as /proc names it: we may be in a PID namespace
                 self.children_fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY)
             except OSError:
                 self.children_fd = -1
@@ -468,5 +473,5 @@ class _Serve:  # pragma: no cover - worker only
         # unless another thread forked one; then the full walk is needed.
         leaked = 0
         if not (alone and self.children_fd >= 0 and not os.pread(self.children_fd, 64, 0).strip()):
-            leaked = _proctree.kill_descendants(os.getpid()) + _proctree.reap_children()
-        return leaked + (_cgroup.kill_strays() if escapable else 0)
+            leaked = _walkkill.kill_descendants(os.getpid()) + _reap.reap_children()
+        return leaked + (self.cage.kill_strays() if escapable else 0)

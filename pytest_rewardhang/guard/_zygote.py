@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from . import _cgroup, _contain, _proctree
+from . import _cgroup, _contain, _libc, _procfs, _reap, _treekill
 from ._child import call, null_stdin
 from ._outcome import Status
 from ._spec import SpecError, load_callable
@@ -85,7 +85,7 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
     _contain.prepare()  # before we adopt orphans
     # Orphans of a crashed worker come to us, to be killed. No death signal: the caller's pidfd
     # says when to go, and we take the workers with us.
-    _proctree.become_subreaper(None)
+    _libc.become_subreaper(None)
     # Everything imported so far is shared with every worker: keep the cyclic collector from
     # writing to it, which would copy each page into each worker on its first collection.
     gc.freeze()
@@ -122,7 +122,7 @@ def serve_forked(
             os._exit(1)
         warm_up(sock, fn, warmup)
         _contain.prepare()  # before we adopt orphans
-        _proctree.become_subreaper(None)
+        _libc.become_subreaper(None)
         gc.freeze()
         sock.send(MSG_READY)
         _Zygote(sock, caller_pidfd, fn, memory_mb).loop()
@@ -142,12 +142,12 @@ def warm_up(
     """
     if warmup is None:
         return
-    threads = _proctree.own_threads()
+    threads = _procfs.own_threads()
     if isinstance(warmup, tuple):
         status, _, error, _ = call(fn, warmup, {})
     else:
         status, _, error, _ = call(fn, (), warmup)
-    left = None if threads is None else _proctree.own_threads(threads, _THREAD_EXIT_S)
+    left = None if threads is None else _procfs.own_threads(threads, _THREAD_EXIT_S)
     for which in ITIMERS:
         signal.setitimer(which, 0)  # an alarm it left would end the zygote later, not the call
     text = None
@@ -215,15 +215,14 @@ class _Zygote:  # pragma: no cover - zygote only
         # The workers and all they start live in one PID namespace where the platform allows
         # (probed once, here): it dies with the caller even if we are stopped, and nothing in
         # it can name us to stop or kill us. We stay outside, forking into it.
-        _proctree.prepare()
-        self.namespace = _contain.start(caller_pidfd)
-        if self.namespace is not None:
-            self.namespace.stay()
+        _libc.prepare()
+        self.strategy = _contain.strategy()
+        self.namespace = self.strategy.workers(caller_pidfd)
         self.fn = fn
         self.memory_mb = memory_mb
         self.workers: dict[int, tuple[int, int]] = {}
-        #: Each worker's cgroup, where cgroups contain the workers (see ._cgroup).
-        self.groups: dict[int, _cgroup.Group] = {}
+        #: Each worker's cage: its cgroup, where cgroups contain the workers (see ._contain).
+        self.cages: dict[int, _contain.Cage] = {}
         self.by_pidfd: dict[int, int] = {}
         #: Workers killed and not reaped yet, with how many descendants they had.
         self.killed: dict[int, int] = {}
@@ -243,7 +242,7 @@ class _Zygote:  # pragma: no cover - zygote only
             if self.exiting or time.monotonic() - swept >= _SWEEP_MS / 1000:
                 # Orphans a worker killed between its items (its group's strays) come to us
                 # too, and nothing tells us when: looked for every second.
-                self.exiting = _proctree.reap_exited(self._spare())
+                self.reap_exited()
                 swept = time.monotonic()
             for fd, _ in events:
                 if fd == self.caller_pidfd:
@@ -288,10 +287,9 @@ class _Zygote:  # pragma: no cover - zygote only
         for wid in kills:
             with contextlib.suppress(OSError):
                 self.sock.send(MSG_KILLED + WID.pack(wid))
-            if wid in self.groups and wid not in self.killed:
-                self.groups[wid].freeze()
+            if wid in self.cages and wid not in self.killed and self.cages[wid].freeze():
                 frozen.append(wid)
-            else:  # no group to freeze: its kill stops the tree first thing anyway
+            else:  # nothing to freeze: its kill stops the tree first thing anyway
                 self.kill(wid)
         for n, (wid, fds) in enumerate(forks):
             # The later orders' pipes are open here already: not the business of this worker
@@ -304,11 +302,11 @@ class _Zygote:  # pragma: no cover - zygote only
     def fork(self, wid: int, fds: list[int], others: list[int]) -> None:
         """Fork worker ``wid`` on pipes ``fds``; ``others``: descriptors it must not hold."""
         parent = os.getpid()
-        group = _contain.group() if self.namespace is None else None
+        cage = self.strategy.worker()
         pid = os.fork()
         if pid == 0:
             try:
-                if group is not None and not group.join():
+                if not cage.enter():
                     os._exit(70)  # the caller sees a worker that died at once
                 os.close(self.sock.fileno())
                 os.close(self.caller_pidfd)
@@ -318,16 +316,16 @@ class _Zygote:  # pragma: no cover - zygote only
                     os.close(pidfd)
                 _cgroup.close_inherited()
                 os.setsid()
-                subreaper = _proctree.become_subreaper(parent)
-                serve(self.fn, dict(zip(PIPE_ROLES, fds, strict=True)), self.memory_mb, subreaper)
+                subreaper = _libc.become_subreaper(parent)
+                pipes = dict(zip(PIPE_ROLES, fds, strict=True))
+                serve(self.fn, pipes, self.memory_mb, subreaper, cage)
             finally:
                 os._exit(70)
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
         self.workers[wid] = (pid, pidfd)
-        if group is not None:
-            self.groups[wid] = group
+        self.cages[wid] = cage
         self.by_pidfd[pidfd] = wid
         self.poller.register(pidfd, select.POLLIN)
         socket.send_fds(self.sock, [MSG_FORKED + SPAWNED.pack(wid, pid)], [pidfd])
@@ -336,60 +334,48 @@ class _Zygote:  # pragma: no cover - zygote only
         """Kill a worker's tree, if it is still there; it is reaped when its pidfd fires."""
         if wid in self.workers and wid not in self.killed:
             pid, pidfd = self.workers[wid]
-            group = self.groups.get(wid)
-            if group is None:
-                self.killed[wid] = _proctree.kill_tree(pid, pidfd)
-            else:  # one write kills it and all below it, escaped or not
-                self.killed[wid] = group.kill(spare=pid)
-                _proctree.signal_child(pid, pidfd, signal.SIGKILL)  # moved out of it, say
+            self.killed[wid] = self.cages[wid].kill(pid, pidfd)
 
     def reap(self, wid: int, leaked: int) -> None:
         """Reap a dead worker and what it left running; tell the caller."""
-        group = self.groups.pop(wid, None)
+        cage = self.cages.pop(wid)
         pid = self._forget(wid)
-        status, usage = _proctree.reap(pid)
+        status, usage = _reap.reap(pid)
         cpu, rss = float("nan"), 0.0
         if usage is not None:
             cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
-        if group is None:
-            leaked += self.sweep()
-        else:
-            # What it left running, escaped from its subtree or not, is killed and counted
-            # here. Its orphans re-parented to us are reaped once they have exited, not waited
-            # for: fifty forks tearing down took 150 ms, and replacements waited behind it.
-            leaked += group.close(time.monotonic())  # removed later if still exiting
-            self.exiting = _proctree.reap_exited(self._spare())
+        leaked += cage.close_reaped(self)
         with contextlib.suppress(OSError):
             self.sock.send(MSG_REAPED + EXITED.pack(wid, status, cpu, rss, leaked))
 
     def sweep(self) -> int:
         """Kill what a dead worker left running; it was re-parented to us, the subreaper, or
         (in a PID namespace) to the namespace's init."""
-        leaked = 0
-        if self.namespace is not None:
-            leaked = self.namespace.orphans()
-        return leaked + _proctree.reap_children(spare=self._spare())
+        leaked = self.namespace.orphans()
+        return leaked + _reap.reap_children(spare=self._spare())
+
+    def reap_exited(self) -> None:
+        """Reap the strays that have exited; count those still exiting, to look again soon."""
+        self.exiting = _reap.reap_exited(self._spare())
 
     def _spare(self) -> set[int]:
         """Our children that are not strays: the workers, and a PID namespace's init."""
         spare = {pid for pid, _ in self.workers.values()}
-        if self.namespace is not None:
-            spare.add(self.namespace.init)
+        spare.add(self.namespace.init)  # 0 where there is none: no child's pid
         return spare
 
     def shutdown(self) -> None:
         """Kill and reap every worker and all below them; the caller is gone or not listening."""
-        for group in self.groups.values():  # first: nothing below any worker runs on meanwhile
-            group.kill()
+        for cage in self.cages.values():  # first: nothing below any worker runs on meanwhile
+            cage.kill_others()
         for wid, (pid, pidfd) in list(self.workers.items()):
-            _proctree.kill_and_reap(pid, pidfd)
+            _treekill.kill_and_reap(pid, pidfd)
             self._forget(wid)
-        until = time.monotonic() + _proctree.REAP_WAIT_S
-        for group in self.groups.values():
-            group.close(until)
+        until = time.monotonic() + _reap.REAP_WAIT_S
+        for cage in self.cages.values():
+            cage.close(until)
         self.sweep()
-        if self.namespace is not None:
-            self.namespace.close()
+        self.namespace.close()
 
     def _forget(self, wid: int) -> int:
         """Stop watching a worker; its pid, to reap it by."""

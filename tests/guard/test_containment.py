@@ -25,7 +25,7 @@ from pytest_rewardhang.guard import (
     Status,
     _cgroup,
     _contain,
-    _proctree,
+    _libc,
     run,
 )
 from tests.conftest import assert_dead, children, dead_or_dying, state
@@ -66,14 +66,14 @@ def contained(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """Each attack under each containment the platform offers: PID namespaces turned on (they
     are opt-in), or off for the cgroups of the default; probed afresh, forgotten after."""
     if request.param is Containment.PID_NAMESPACE:
-        monkeypatch.setenv(_proctree.PID_NAMESPACE_ENV, "1")
+        monkeypatch.setenv(_libc.PID_NAMESPACE_ENV, "1")
     else:
-        monkeypatch.delenv(_proctree.PID_NAMESPACE_ENV, raising=False)
-    saved = _proctree._namespaces[:], _contain._containment[:]
-    _proctree._namespaces.clear()
+        monkeypatch.delenv(_libc.PID_NAMESPACE_ENV, raising=False)
+    saved = _libc._namespaces[:], _contain._containment[:]
+    _libc._namespaces.clear()
     _contain._containment.clear()
     yield
-    _proctree._namespaces[:], _contain._containment[:] = saved
+    _libc._namespaces[:], _contain._containment[:] = saved
 
 
 # ruff: noqa: S607 - "sleep" and "unshare" from PATH, as a scorer would start them

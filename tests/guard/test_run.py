@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import Mechanism, Outcome, Pool, Status, _proctree, guarded, run
+from pytest_rewardhang.guard import Mechanism, Outcome, Pool, Status, _reap, guarded, run
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL
 from tests.conftest import assert_dead
 
@@ -412,7 +412,7 @@ def test_a_pid_hopping_chain_outside_the_group_is_killed(tmp_path: Path, leave: 
     # finds lands on one that has forked the next already. Its group stops them all at once.
     # Hundreds of exited hops are left for the kill to read through: on a busy machine it
     # takes a few tenths of a second, and the killed child may be left to the next call's
-    # sweep (see _proctree.REAP_WAIT_S; test_bounded_fork_storm_is_killed holds that part).
+    # sweep (see _reap.REAP_WAIT_S; test_bounded_fork_storm_is_killed holds that part).
     # Under test here is that nothing of the chain runs on.
     pidfile = tmp_path / "pids"
     out = timed(hop, pidfile, leave, slack=2.0)
@@ -422,7 +422,7 @@ def test_a_pid_hopping_chain_outside_the_group_is_killed(tmp_path: Path, leave: 
     assert_dead(recorded(pidfile)[-50:])
     # Not out.leaked >= 1: in the fallback walk the hop alive at the kill can die by the
     # signal to an exited hop's group before the walk counts it (0 once in CI-like runs).
-    _proctree.sweep_unreaped()
+    _reap.sweep_unreaped()
 
 
 def wake_on_parent_death(pidfile: Path) -> None:

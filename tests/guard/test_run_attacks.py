@@ -578,7 +578,7 @@ def test_a_sigint_storm_leaves_no_process_zombie_or_descriptor() -> None:
                 interrupted += 1
         time.sleep(0.3)  # what a killed call left is slow to exit, not left behind
         # A killed child slower to exit than the bound run() gives it is reaped by the next
-        # call's sweep (_proctree.REAP_WAIT_S): that, not the storm's last call, is the bound.
+        # call's sweep (_reap.REAP_WAIT_S): that, not the storm's last call, is the bound.
         run(quick)
         print(json.dumps({{"calls": calls, "interrupted": interrupted, "kids": sorted(children()),
                            "fds_before": before,

@@ -1,0 +1,177 @@
+"""Reading ``/proc``: a process's ``stat`` and ``status``, its children, the walk of its
+descendants, and the translation of pids between ``/proc``'s PID namespace and ours.
+
+Used by the kills (:mod:`._walkkill`, :mod:`._treekill`), the reaping (:mod:`._reap`), the
+cgroups and the guarded processes themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+#: ``os.getpid()`` when filled, our pid as ``/proc`` names it, and how many PID namespaces below
+#: ``/proc``'s we are (0 but in a guard nested in a contained call).
+_self_ids = [0, 0, 0]
+
+
+def _forget_self() -> None:
+    _self_ids[0] = 0
+
+
+os.register_at_fork(after_in_child=_forget_self)
+
+
+def where() -> tuple[int, int]:
+    """Our pid as ``/proc`` names it, and our depth below its PID namespace."""
+    local = os.getpid()
+    if _self_ids[0] != local:
+        proc, depth = local, 0
+        with contextlib.suppress(OSError, ValueError):
+            proc = int(os.readlink("/proc/self"))
+        if proc != local:
+            depth = max(len(nspids(proc)) - 1, 0)
+        _self_ids[:] = [local, proc, depth]
+    return _self_ids[1], _self_ids[2]
+
+
+def own_pid() -> int:
+    """This process's pid as ``/proc`` names it (``os.getpid()`` is our namespace's name)."""
+    return where()[0]
+
+
+def nspids(pid: int) -> list[int]:
+    """``/proc/<pid>``'s pid in each PID namespace from ``/proc``'s down to its own."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+    except OSError:
+        return []
+    return _nspid_line(status)
+
+
+def _nspid_line(status: bytes) -> list[int]:
+    start = status.find(b"\nNSpid:")
+    if start < 0:
+        return []
+    end = status.find(b"\n", start + 1)
+    return [int(word) for word in status[start + 7 : end if end > 0 else None].split()]
+
+
+def to_local(pid: int) -> int | None:
+    """The pid ``/proc`` calls ``pid`` as our namespace names it; None if it is outside it."""
+    depth = where()[1]
+    if not depth:
+        return pid
+    ids = nspids(pid)
+    return ids[depth] if len(ids) > depth else None
+
+
+def to_proc(pid: int) -> int:
+    """Our own or our child's pid as ``/proc`` names it."""
+    own, depth = where()
+    if not depth:
+        return pid
+    if pid == os.getpid():
+        return own
+    for child in children(own):
+        ids = nspids(child)
+        if len(ids) > depth and ids[depth] == pid:
+            return child
+    return pid
+
+
+def children(pid: int) -> Iterator[int]:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        for word in data.split():
+            yield int(word)
+
+
+_PF_EXITING = 0x4
+_SIGKILL_MASK = 1 << (signal.SIGKILL - 1)
+
+
+def alive(pid: int) -> bool:
+    """Still able to run code: not a zombie, not exiting, no SIGKILL pending.
+
+    A nested guard's kill does not wait for its victims to finish exiting; they are not the
+    outer call's leftovers.
+    """
+    return state(pid)[0]
+
+
+def stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` from the state on; None once the pid is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The state follows the parenthesised command name, which may itself hold parentheses.
+    return stat[stat.rindex(b")") + 2 :].split()
+
+
+def own_threads(at_most: int = 0, within: float = 0.0) -> int | None:
+    """This process's threads as the kernel counts them, a C library's own included; None
+    without /proc.
+
+    Given up to ``within`` seconds to come down to ``at_most``: a thread that Python has joined
+    is still exiting in the kernel for a moment (longer on a busy machine), and counted.
+    """
+    until = time.monotonic() + within
+    while True:
+        fields = stat_fields("self")
+        if fields is None:
+            return None
+        count = int(fields[17])
+        if count <= at_most or time.monotonic() >= until:
+            return count
+        time.sleep(0.001)
+
+
+def stopped(pid: int) -> bool:
+    """Stopped by a signal (or traced): it will not run until someone continues it."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] in (b"T", b"t")
+
+
+def state(pid: int, fields: list[bytes] | None = None) -> tuple[bool, bool]:
+    """:func:`alive`, and whether it is the init of a PID namespace below ours: a guard's
+    (ours, or a nested guard's), killed with the rest but not counted as left running.
+    ``fields``: its :func:`stat_fields`, where read already."""
+    if fields is None:
+        fields = stat_fields(pid)
+    if fields is None or fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING:
+        return False, False
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+    except OSError:
+        return False, False
+    for line in status.splitlines():
+        if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & _SIGKILL_MASK:
+            return False, False
+    ids = _nspid_line(status)
+    return True, len(ids) > where()[1] + 1 and ids[-1] == 1
+
+
+def walk(root: int) -> Iterator[int]:
+    """``root``'s descendants, parents before children, each one's newest children first (an
+    orphan joins the end of its new parent's list: the one most likely still running)."""
+    frontier = [root]
+    while frontier:
+        for child in reversed(list(children(frontier.pop()))):
+            yield child
+            frontier.append(child)
