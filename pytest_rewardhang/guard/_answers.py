@@ -285,12 +285,13 @@ class Answers:
         elif not worker.killed and not retired:
             self.fruitless_deaths += 1
         self.ledger.retry.extendleft(reversed(back))
+        killed = worker.killed  # read before forget() makes it DEAD
         self.processes.forget(worker)
         if self.processes.stopped:
             return
         if self.fruitless_deaths > 4 * self.size:
             raise PoolError("workers keep dying before they take an item")
-        if not worker.killed or self.processes.zygote is None:  # else requested at the kill
+        if not killed or self.processes.zygote is None:  # else requested at the kill
             self.processes.to_spawn += 1
 
 
