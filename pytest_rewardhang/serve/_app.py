@@ -6,8 +6,8 @@ and once shutdown has begun) and ``GET /metrics`` (Prometheus text). Everything 
 or 405 for a known path with the wrong method.
 
 A request is read whole before anything is scored, within ``read_timeout_s`` (a client that
-sends its body slowly gets 408) and ``max_body_bytes`` (413, refused from ``Content-Length``
-before it is read when the header says so). Its samples are submitted to the one pool at once
+sends its body slowly gets 408) and ``max_body_bytes`` (413: what is past the limit is read and
+dropped, never held). Its samples are submitted to the one pool at once
 and shared with every other request's; each sample that hangs, crashes or raises gets the
 default score, and any still unanswered at ``request_timeout_s`` (the pool saturated by other
 requests' hangs) is cancelled and gets it too, with status ``overload``: the answer is a 200
@@ -207,10 +207,13 @@ class RewardApp:
         return out
 
     async def _body(self, scope: Scope, receive: Receive) -> Any:
+        """The request's JSON body; one past the size limit is read to its end and dropped
+        (never held), so that the client, still sending, gets its 413 and not a reset."""
         limit = self.limits.max_body_bytes
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                raise BadRequest(f"the body is {int(value)} bytes, over the {limit} limit", 413)
+        declared = next(
+            (int(v) for k, v in scope.get("headers", ()) if k == b"content-length" and v.isdigit()),
+            None,
+        )
         chunks: list[bytes] = []
         size = 0
         try:
@@ -221,15 +224,17 @@ class RewardApp:
                         raise BadRequest("the client went away before sending its body")
                     chunk = message.get("body", b"")
                     size += len(chunk)
-                    if size > limit:
-                        raise BadRequest(f"the body is over the {limit} bytes limit", 413)
-                    chunks.append(chunk)
+                    if size <= limit:
+                        chunks.append(chunk)
                     if not message.get("more_body", False):
                         break
         except TimeoutError:
             raise BadRequest(
                 f"the body took over {self.limits.read_timeout_s:g} s to arrive", 408
             ) from None
+        if size > limit:
+            said = f"the body is {declared} bytes" if declared else "the body is"
+            raise BadRequest(f"{said} over the {limit} bytes limit", 413)
         try:
             return json.loads(b"".join(chunks))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:

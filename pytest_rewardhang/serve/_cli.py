@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import socket
 import sys
 
@@ -54,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default: {Limits.request_timeout_s:g}, under slime's 120 s)",
     )
     parser.add_argument(
+        "--read-timeout",
+        type=float,
+        default=Limits.read_timeout_s,
+        help=f"seconds a client may take to send its body (default: {Limits.read_timeout_s:g})",
+    )
+    parser.add_argument(
         "--max-body-mb", type=float, default=16.0, help="largest request body (default: 16)"
     )
     parser.add_argument(
@@ -69,7 +76,7 @@ def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     logging.basicConfig(
         stream=sys.stderr, level=args.log_level.upper(), format="%(message)s", force=True
     )
-    limits = Limits(args.request_timeout, Limits.read_timeout_s, int(args.max_body_mb * 2**20))
+    limits = Limits(args.request_timeout, args.read_timeout, int(args.max_body_mb * 2**20))
     terms = contract(args.style, args.label_field)
     listener = socket.create_server((args.host, args.port), backlog=2048)
     try:
@@ -101,9 +108,17 @@ def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
                 }
             )
         )
+        # uvicorn stops on SIGTERM or SIGINT, then restores the handlers it found and raises the
+        # signal again: these make that a return, so the pool below is closed and the exit is 0.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, _stopped)
         uvicorn.Server(config).run(sockets=[listener])
     finally:
         pool.close()
         listener.close()
         log.info(json.dumps({"event": "stopped"}))
     return 0
+
+
+def _stopped(signum: int, frame: object) -> None:
+    """The stop signal, once uvicorn has stopped: nothing left to do but close the pool."""
