@@ -15,7 +15,7 @@ import signal
 import socket
 import sys
 
-from pytest_rewardhang.guard import Pool
+from pytest_rewardhang.guard import Pool, PoolError, SpecError
 
 from ._app import GuardedScoring, Limits, RewardApp
 from ._contracts import STYLES, contract
@@ -81,9 +81,7 @@ def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     listener = socket.create_server((args.host, args.port), backlog=2048)
     try:
         pool = Pool(args.spec, workers=args.workers, budget=args.budget, memory_mb=args.memory_mb)
-    # A spec that does not import, a warm-up that fails, a bad limit: each says why in one line
-    # (the guard's SpecError is not public, so the catch is broad and re-raises nothing).
-    except Exception as exc:  # noqa: BLE001
+    except (SpecError, PoolError, ValueError) as exc:  # each says why in one line
         listener.close()
         parser.error(str(exc))
     try:
