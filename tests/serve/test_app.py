@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -182,3 +183,17 @@ def test_every_style_is_known() -> None:
     assert sorted(STYLES) == ["gym", "json", "openrlhf", "slime"]
     with pytest.raises(ValueError, match="unknown style 'verl': one of"):
         contract("verl")
+
+
+def test_without_the_serve_extra_the_command_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_rewardhang.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # what a missing module imports as
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "my_rewards.py:compute_score"])
+    assert exited.value.code == 2
+    assert "serve needs the serve extra: pip install 'pytest-rewardhang[serve]'" in (
+        capsys.readouterr().err
+    )
