@@ -1,4 +1,5 @@
-"""``python -m pytest_rewardhang repro FILE``: run one saved case again, under the guard.
+"""``python -m pytest_rewardhang repro FILE``: run one saved case again, under the guard;
+``python -m pytest_rewardhang serve SPEC``: the guarded reward server (``pytest_rewardhang.serve``).
 
 The file is what ``--reward-hang-check`` saved for a failing case: the scorer spec, the exact
 keyword arguments, the deadline and the context the check called it in (the main thread, a
@@ -33,7 +34,15 @@ def main(argv: list[str] | None = None) -> int:
         help="where to call the scorer: main (the main thread), thread (a worker thread), "
         "loop (an event loop) (default: the context the check used)",
     )
+    serve = commands.add_parser(
+        "serve", help="serve a scorer over HTTP, each sample under the guard (the serve extra)"
+    )
+    from pytest_rewardhang.serve import add_arguments, run_server  # no uvicorn until it runs
+
+    add_arguments(serve)
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return run_server(serve, args)
     try:
         record = json.loads(args.file.read_text(encoding="utf-8"))
         spec, kwargs = record["spec"], record["kwargs"]

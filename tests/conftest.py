@@ -122,7 +122,11 @@ def no_leaks() -> Iterator[None]:
 
 #: The optional dependency groups that tests mark with ``needs_extra(name)``, and the module
 #: whose presence shows the group is installed.
-_EXTRA_MODULES = {"ray": ("ray",), "bench": ("sympy", "numpy")}
+_EXTRA_MODULES = {
+    "ray": ("ray",),
+    "bench": ("sympy", "numpy", "aiohttp"),
+    "serve": ("uvicorn",),
+}
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -172,3 +172,20 @@ def test_pool_ab_benchmark_prints_a_median_per_root() -> None:
     assert rows[0] == ["root", "median", "rounds"]
     assert rows[1][0] == f"`{root}`"
     assert len(rows[1][2].split()) == 2
+
+
+@pytest.mark.needs_extra("serve")
+@pytest.mark.needs_extra("bench")
+@pytest.mark.timeout(170)
+def test_quick_serve_benchmark_prints_the_table() -> None:
+    rows = table_rows(run_quick("bench_serve.py", bound=160))
+    assert rows[0][0] == "server"
+    labels = [row[0] for row in rows[1:]]
+    assert labels == [
+        "`pytest-rewardhang serve` (guarded `Pool`)",
+        "same app, unguarded (`asyncio.to_thread`)",
+        "same app, thread pool + `wait_for` timeout",
+    ]
+    guarded = rows[1]
+    assert guarded[5] == "0", "the guarded server let a client give up"
+    assert not guarded[6].startswith("∞"), guarded

@@ -42,7 +42,9 @@ Directives combine with ``;`` (``skip`` takes the rest of the comment as its rea
 say, anywhere, ``<!-- docs-test-page: sequence; budget: SECONDS -->``: its blocks run in order
 in one fresh directory, as a reader following it would (files written, ``cd`` kept), and the
 whole page must finish within SECONDS; optionally ``given: NAME`` prepares that directory. Each
-block is still its own test: the first one selected runs the steps before it.
+block is still its own test: the first one selected runs the steps before it. ``needs: EXTRA,
+EXTRA`` marks every block of the page ``needs_extra`` (tests/conftest.py): where an optional
+dependency group it names is missing, its blocks skip, saying which (CI installs them).
 
 What each language means:
 
@@ -334,7 +336,7 @@ _MARKER = re.compile(r"^<!-- docs-test: (?P<body>.*?) -->$")
 _PAGE_MARKER = re.compile(r"^<!-- docs-test-page: (?P<body>.*?) -->$")
 _BLOCK_KEYS = {"skip", "given", "exit", "output", "output of", "file", "append", "checkout"}
 _BLOCK_KEYS |= {"installed"}
-_PAGE_KEYS = {"sequence", "budget", "given"}
+_PAGE_KEYS = {"sequence", "budget", "given", "needs"}
 _LANGUAGES = {"bash", "python", "toml", "text", "json", "yaml"}
 #: A skip reason says why in words, not "todo".
 _MIN_REASON = 20
@@ -875,9 +877,9 @@ PARSED = {page.relative_to(ROOT).as_posix(): parse_page(page) for page in PAGES}
 BLOCKS = [block for page in PARSED.values() for block in page.blocks]
 #: Skipped blocks of code (text and yaml aside) a page may have; any other page, none. Keep these
 #: small and every reason honest. README's is the test command itself; benchmarks/README.md's are
-#: the benchmarks' full runs (minutes each; tests/test_benchmarks.py makes the --quick or --dry
-#: runs of six); Ray's is its driver (tests/adapters/test_ray.py runs that block on a cluster).
-MAX_SKIPPED = {"README.md": 1, "benchmarks/README.md": 8, "docs/ray.md": 1}
+#: the nine benchmarks' full runs (minutes each; tests/test_benchmarks.py makes the --quick or
+#: --dry runs of seven); Ray's is its driver (tests/adapters/test_ray.py runs it on a cluster).
+MAX_SKIPPED = {"README.md": 1, "benchmarks/README.md": 9, "docs/ray.md": 1}
 
 
 def test_blocks_are_found() -> None:
@@ -1234,6 +1236,12 @@ def _slow(block: Block) -> bool:
     return "checkout" in quoted.directives
 
 
+def _needs(block: Block) -> list[str]:
+    """The optional dependency groups the block's page names (``needs: serve, bench``)."""
+    needs = PARSED[block.page].directives.get("needs", "")
+    return [name.strip() for name in needs.split(",") if name.strip()]
+
+
 def _timeout(block: Block) -> float:
     page = PARSED[block.page]
     if page.sequence:
@@ -1249,6 +1257,7 @@ def _timeout(block: Block) -> float:
             id=block.id,
             marks=[pytest.mark.timeout(_timeout(block))]
             + ([pytest.mark.slow] if _slow(block) else [])
+            + [pytest.mark.needs_extra(name) for name in _needs(block)]
             + (
                 [pytest.mark.skip(reason=block.directives["skip"])]
                 if "skip" in block.directives

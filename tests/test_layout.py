@@ -2,9 +2,9 @@
 
 The rule (``docs/architecture.md`` says why): ``guard`` imports the standard library and itself
 only; ``corpus`` may import ``guard``; ``check`` may import ``corpus`` and ``guard``; ``adapters``
-import ``guard``'s public API only; nothing imports ``plugin``, and nothing outside ``adapters``
-imports ``adapters``. The top-level modules (the public surface) may import any subpackage but
-that one; the subpackages never import them.
+and ``serve`` import ``guard``'s public API only; nothing imports ``plugin``, nothing outside
+``adapters`` imports ``adapters``, and only ``__main__`` imports ``serve``. The top-level modules
+(the public surface) may import any subpackage but those; the subpackages never import them.
 
 Module lists come from walking the package, never from literal names: after a rename, "X was not
 imported" would pass for an X that no longer exists. Each layering rule is checked twice:
@@ -48,14 +48,25 @@ LAYERS: dict[str, frozenset[str]] = {
     "corpus": frozenset({"corpus", "guard"}),
     "check": frozenset({"check", "corpus", "guard"}),
     "adapters": frozenset({"adapters", "guard"}),
+    "serve": frozenset({"serve", "guard"}),
 }
 #: Subpackages that may import nothing outside the standard library (a trainer imports them).
 STDLIB_ONLY = frozenset({"guard"})
 #: Nothing imports these: ``plugin`` is pytest's entry point, ``adapters`` the trainer's.
 UNIMPORTED = frozenset({"plugin", "adapters"})
 #: Subpackages that may import only the public modules of the other subpackages: the adapters
-#: use the guard as a trainer's own code would.
-PUBLIC_ONLY = frozenset({"adapters"})
+#: and the server use the guard as a trainer's own code would.
+PUBLIC_ONLY = frozenset({"adapters", "serve"})
+#: Subpackages that only the named top-level modules import: ``serve`` is the command's.
+IMPORTED_ONLY_BY = {"serve": frozenset({"__main__"})}
+
+
+def _importer_may_not(package: Package, importer: str, target_top: str | None) -> bool:
+    """True when ``importer`` is outside ``target_top`` and not one it may be imported by."""
+    allowed = IMPORTED_ONLY_BY.get(target_top or "")
+    if allowed is None or package.layer(importer) == target_top:
+        return False
+    return importer.removeprefix(package.name + ".") not in allowed
 
 
 # --- what the package holds -------------------------------------------------------------------
@@ -227,6 +238,8 @@ def static_problems(package: Package) -> list[str]:
                 problems.append(f"{edge.where()}: imports {edge.target}, which is not a module")
             elif target_top in UNIMPORTED and target_top != layer:
                 problems.append(f"{edge.where()}: imports {edge.target}; nothing may")
+            elif _importer_may_not(package, module, target_top):
+                problems.append(f"{edge.where()}: imports {edge.target}; only __main__ may")
             elif layer is not None and target_layer not in LAYERS[layer]:
                 allowed = ", ".join(sorted(LAYERS[layer]))
                 problems.append(
@@ -365,6 +378,8 @@ def runtime_problems(package: Package, report: Mapping[str, Mapping[str, Any]]) 
             target_top = loaded.split(".")[1] if "." in loaded else None
             if target_top in UNIMPORTED and target_top != layer:
                 problems.append(f"{module}: importing it imports {loaded}; nothing may")
+            elif _importer_may_not(package, module, target_top):
+                problems.append(f"{module}: importing it imports {loaded}; only __main__ may")
             elif layer is not None and target_layer not in (None, *LAYERS[layer]):
                 allowed = ", ".join(sorted(LAYERS[layer]))
                 problems.append(
@@ -501,6 +516,20 @@ def test_each_module_imports_alone_and_brings_only_what_its_layer_may(
     assert "hypothesis" not in report[guard]["loaded"]
 
 
+def test_no_module_brings_the_servers_stack(
+    package: Package, report: dict[str, dict[str, Any]]
+) -> None:
+    """``import pytest_rewardhang`` (or ``.serve``, or ``__main__``) loads no web server: the
+    ``serve`` extra's uvicorn is imported only when ``pytest-rewardhang serve`` starts one."""
+    stack = {"uvicorn", "starlette", "fastapi", "aiohttp", "ray"}
+    brought = {
+        module: sorted(stack & {name.partition(".")[0] for name in answer.get("loaded", ())})
+        for module, answer in report.items()
+    }
+    assert {module: names for module, names in brought.items() if names} == {}
+    assert f"{PACKAGE}.serve._app" in report, "the check looked at no serve module"
+
+
 def test_no_import_cycles(package: Package) -> None:
     edges = graph(package)
     found = [
@@ -543,6 +572,9 @@ CLEAN = {
     ),
     "adapters/_shared.py": "from layoutpkg.guard import run\n\n\ndef close():\n    pass\n",
     "adapters/verl.py": '__all__ = ["score"]\n\n\ndef score():\n    pass\n',
+    "serve/__init__.py": '"""Serve."""\n',
+    "serve/_app.py": "from layoutpkg.guard import run\n",
+    "__main__.py": "def main():\n    from layoutpkg.serve import _app\n",
 }
 NEIGHBOUR = "layoutthird.py"  # a module beside the package: not the standard library, not ours
 
@@ -635,6 +667,14 @@ BROKEN: dict[str, tuple[dict[str, str], str]] = {
     "a-public-module-without-all": (
         {"adapters/verl.py": "del __all__\n"},
         "layoutpkg.adapters.verl: no __all__, but public names: score",
+    ),
+    "check-imports-serve": (
+        {"check/_items.py": "def later():\n    from layoutpkg.serve import _app\n"},
+        "layoutpkg.check._items:*: imports layoutpkg.serve._app; only __main__ may",
+    ),
+    "the-top-package-brings-serve": (
+        {"__init__.py": "from . import serve\n"},
+        "layoutpkg: importing it imports layoutpkg.serve; only __main__ may",
     ),
     "a-plugin-with-a-helper": (
         {"plugin.py": "def helper():\n    pass\n"},

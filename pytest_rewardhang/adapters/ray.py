@@ -1,0 +1,115 @@
+"""A Ray reward actor: one warm guarded pool per actor process, batches per call.
+
+Ray has no per-task timeout and ``ray.cancel`` cannot stop a running actor method, so a reward
+that hangs inside an actor holds it for good. :class:`RewardActor` scores every item on a
+:class:`~pytest_rewardhang.guard.Pool` made in ``__init__``: a hung item is killed at its
+budget and gets ``default``, the actor answers, and a killed actor takes its pool with it (the
+zygote watches the actor's pid). It is a plain class, so importing this module never imports
+Ray; make it an actor with ``ray.remote``, or place actors on every node with
+:func:`actors_per_node`::
+
+    from ray.util import ActorPool
+    from pytest_rewardhang.adapters.ray import actors_per_node
+
+    actors = actors_per_node("my_rewards.math:compute_score", per_node=1, workers=4, budget=2.0)
+    scores = list(ActorPool(actors).map(lambda a, batch: a.score.remote(batch), batches))
+
+Each item of a batch is a tuple of positional or a dict of keyword arguments, as for
+:meth:`Pool.map`. The methods are synchronous: several calls in flight (``max_concurrency``,
+16 unless told) share the pool's workers from Ray's threads, and verl's remote reward manager,
+whose workers "cannot have async methods", calls :meth:`RewardActor.compute_score` as it calls
+its own ``RewardComputeWorker``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_rewardhang import guard
+
+__all__ = ["RewardActor", "actors_per_node"]
+
+_Item = tuple[Any, ...] | Mapping[str, Any]
+
+
+class RewardActor:
+    """Scores batches on one warm guarded pool; ``default`` for an item that is not OK."""
+
+    def __init__(
+        self,
+        scorer: str,
+        workers: int = 1,
+        budget: float = 2.0,
+        default: Any = 0.0,
+        memory_mb: float | None = None,
+        warmup: _Item | None = None,
+    ) -> None:
+        # Made here, once per actor process: warm before the first call, gone with the actor.
+        self.pool = guard.Pool(
+            scorer, workers=workers, budget=budget, memory_mb=memory_mb, warmup=warmup
+        )
+        self.default = default
+        self.statuses: Counter[str] = Counter()
+        self._counting = threading.Lock()  # calls in flight run on Ray's threads at once
+
+    def score(self, batch: Sequence[_Item]) -> list[Any]:
+        """One score per item, in order: the scorer's value, or ``default``."""
+        return [value for value, _ in self.score_with_status(batch)]
+
+    def score_with_status(self, batch: Sequence[_Item]) -> list[tuple[Any, str]]:
+        """One ``(score, status)`` per item: ``"ok"``, or why it got ``default`` (``"timeout"``,
+        ``"crashed"``, ``"memory"``, ``"error"``)."""
+        return [self._scored(out) for out in self.pool.map(list(batch))]
+
+    def compute_score(self, **kwargs: Any) -> Any:
+        """One item by keyword, as verl's remote reward manager calls its reward workers
+        (``data_source``, ``solution_str``, ``ground_truth``, ``extra_info``)."""
+        return self._scored(self.pool.submit(**kwargs).result())[0]
+
+    def stats(self) -> dict[str, Any]:
+        """This actor's process and node, and how many items ended in each status."""
+        try:
+            import ray
+
+            node = ray.get_runtime_context().get_node_id()
+        except Exception:  # noqa: BLE001 - outside Ray (or before it is up) there is no node
+            node = None
+        with self._counting:
+            statuses = dict(self.statuses)
+        return {"pid": os.getpid(), "node": node, "statuses": statuses}
+
+    def _scored(self, out: guard.Outcome) -> tuple[Any, str]:
+        with self._counting:
+            self.statuses[out.status.value] += 1
+        return (out.value if out.ok else self.default), out.status.value
+
+
+def actors_per_node(
+    scorer: str,
+    per_node: int = 1,
+    workers: int = 1,
+    max_concurrency: int = 16,
+    **options: Any,
+) -> list[Any]:
+    """``per_node`` :class:`RewardActor` actors on every alive node with ``workers`` CPUs free,
+    each reserving them (``num_cpus=workers``) and pinned to its node; ``options`` go to
+    :class:`RewardActor` (``budget``, ``default``, ...). Needs ``ray.init()`` first."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray_: Any = ray  # partly annotated: its untyped calls would not pass mypy --strict
+    remote = ray_.remote(RewardActor)
+    nodes = [n for n in ray_.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= workers]
+    return [
+        remote.options(
+            num_cpus=workers,
+            max_concurrency=max_concurrency,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+        ).remote(scorer, workers=workers, **options)
+        for node in nodes
+        for _ in range(per_node)
+    ]

@@ -1,0 +1,250 @@
+"""The reward server as a plain ASGI application, which uvicorn (the ``serve`` extra) runs.
+
+Routes: the contract's scoring path (``POST``), the trainer's other paths it answers with ``{}``,
+``GET /health`` (the process answers), ``GET /ready`` (scoring now: 503 before the pool is up
+and once shutdown has begun) and ``GET /metrics`` (Prometheus text). Everything else is 404,
+or 405 for a known path with the wrong method.
+
+A request is read whole before anything is scored, within ``read_timeout_s`` (a client that
+sends its body slowly gets 408) and ``max_body_bytes`` (413: what is past the limit is read and
+dropped, never held). Its samples are submitted to the one pool at once
+and shared with every other request's; each sample that hangs, crashes or raises gets the
+default score, and any still unanswered at ``request_timeout_s`` (the pool saturated by other
+requests' hangs) is cancelled and gets it too, with status ``overload``: the answer is a 200
+within the client's timeout, never a 5xx that the client would retry with the same samples.
+
+Each request is one JSON log line on stderr (path, status, samples, statuses, milliseconds),
+and each defaulted sample one more, with why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pytest_rewardhang.guard import Outcome, Pool
+
+from ._contracts import BadRequest, Contract, Scored
+from ._metrics import CONTENT_TYPE, Metrics
+
+__all__ = ["GuardedScoring", "Limits", "RewardApp", "Scoring"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+log = logging.getLogger("pytest_rewardhang.serve")
+
+
+class Scoring(Protocol):
+    """Scores one sample: a tuple of positional or a dict of keyword arguments."""
+
+    default: float
+
+    async def score(self, call: tuple[Any, ...] | dict[str, Any]) -> Scored: ...
+
+
+class GuardedScoring:
+    """Each sample on one warm guarded :class:`Pool`: a hang costs its budget and a worker."""
+
+    def __init__(self, pool: Pool, default: float = 0.0) -> None:
+        self.pool = pool
+        self.default = default
+
+    async def score(self, call: tuple[Any, ...] | dict[str, Any]) -> Scored:
+        if isinstance(call, dict):
+            out = await self.pool.asubmit(**call)
+        else:
+            out = await self.pool.asubmit(*call)
+        return scored(out, self.default)
+
+
+def scored(out: Outcome, default: float) -> Scored:
+    """The score an outcome gives: its value when it is a finite number, else the default."""
+    if not out.ok:
+        return Scored(default, out.status.value, out.describe())
+    value = out.value
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return Scored(default, "error", f"error: the scorer returned {value!r}, not a number")
+    return Scored(float(value), "ok")
+
+
+@dataclass(frozen=True)
+class Limits:
+    #: Below the shortest client timeout that retries (slime's 120 s total).
+    request_timeout_s: float = 100.0
+    read_timeout_s: float = 30.0
+    max_body_bytes: int = 16 * 2**20
+
+
+class RewardApp:
+    """The ASGI application: one contract, one scoring backend, shared by every request."""
+
+    def __init__(self, contract: Contract, scoring: Scoring, limits: Limits | None = None) -> None:
+        self.contract = contract
+        self.scoring = scoring
+        self.limits = limits or Limits()
+        self.metrics = Metrics()
+        self.ready = True
+        self._routes: dict[str, Callable[[Scope, Receive], Awaitable[tuple[int, Any]]]] = {
+            f"POST {contract.path}": self._score,
+            **{f"POST {path}": self._empty for path in contract.extra_paths},
+            "GET /health": self._health,
+            "GET /ready": self._ready,
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        started = time.monotonic()
+        path, method = scope["path"], scope["method"]
+        if (method, path) == ("GET", "/metrics"):
+            await _send(send, 200, self.metrics.render().encode(), CONTENT_TYPE)
+            return
+        handler = self._routes.get(f"{method} {path}")
+        self.metrics.in_flight += 1
+        try:
+            if handler is not None:
+                code, body = await handler(scope, receive)
+            elif any(route.endswith(f" {path}") for route in self._routes):
+                code, body = 405, {"error": f"{method} is not allowed on {path}"}
+            else:
+                code, body = (
+                    404,
+                    {"error": f"no route {path}: this server scores {self.contract.path}"},
+                )
+        finally:
+            self.metrics.in_flight -= 1
+        await _send(send, code, json.dumps(body).encode(), "application/json")
+        self.metrics.request(path if handler else "other", code, time.monotonic() - started)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.ready = False
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _health(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
+        return 200, {"status": "ok"}
+
+    async def _ready(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
+        if self.ready:
+            return 200, {"status": "ready", "style": self.contract.style}
+        return 503, {"status": "shutting down"}
+
+    async def _empty(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
+        try:
+            await self._body(scope, receive)
+        except BadRequest as exc:
+            return exc.status, {"error": str(exc)}
+        return 200, {}
+
+    async def _score(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
+        started = time.monotonic()
+        try:
+            body = await self._body(scope, receive)
+            calls = self.contract.calls(body)
+        except BadRequest as exc:
+            log.info(json.dumps({"event": "bad_request", "code": exc.status, "error": str(exc)}))
+            return exc.status, {"error": str(exc)}
+        results = await self._score_all(calls)
+        for result in results:
+            self.metrics.sample(result.status)
+            if not result.ok:
+                log.warning(
+                    json.dumps(
+                        {"event": "defaulted", "status": result.status, "why": result.detail}
+                    )
+                )
+        log.info(
+            json.dumps(
+                {
+                    "event": "scored",
+                    "path": scope["path"],
+                    "samples": len(results),
+                    "statuses": dict(Counter(r.status for r in results)),
+                    "ms": round((time.monotonic() - started) * 1000, 1),
+                }
+            )
+        )
+        return 200, self.contract.answer(body, results)
+
+    async def _score_all(self, calls: Sequence[tuple[Any, ...] | dict[str, Any]]) -> list[Scored]:
+        tasks = [asyncio.ensure_future(self.scoring.score(call)) for call in calls]
+        if not tasks:
+            return []
+        _, late = await asyncio.wait(tasks, timeout=self.limits.request_timeout_s)
+        for task in late:
+            task.cancel()
+        overload = Scored(
+            self.scoring.default, "overload", "still waiting at the request's deadline"
+        )
+        out = []
+        for task in tasks:
+            if task in late or task.cancelled():
+                out.append(overload)
+            elif task.exception() is not None:
+                exc = task.exception()
+                out.append(Scored(self.scoring.default, "error", f"{type(exc).__name__}: {exc}"))
+            else:
+                out.append(task.result())
+        await asyncio.gather(*late, return_exceptions=True)
+        return out
+
+    async def _body(self, scope: Scope, receive: Receive) -> Any:
+        """The request's JSON body; one past the size limit is read to its end and dropped
+        (never held), so that the client, still sending, gets its 413 and not a reset."""
+        limit = self.limits.max_body_bytes
+        declared = next(
+            (int(v) for k, v in scope.get("headers", ()) if k == b"content-length" and v.isdigit()),
+            None,
+        )
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.limits.read_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise BadRequest("the client went away before sending its body")
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size <= limit:
+                        chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            raise BadRequest(
+                f"the body took over {self.limits.read_timeout_s:g} s to arrive", 408
+            ) from None
+        if size > limit:
+            said = f"the body is {declared} bytes" if declared else "the body is"
+            raise BadRequest(f"{said} over the {limit} bytes limit", 413)
+        try:
+            return json.loads(b"".join(chunks))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BadRequest(f"the body is not JSON: {exc}") from None
+
+
+async def _send(send: Send, code: int, body: bytes, content_type: str) -> None:
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

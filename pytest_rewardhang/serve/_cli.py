@@ -1,0 +1,122 @@
+"""``pytest-rewardhang serve SPEC``: the options, the pool, and uvicorn running the app.
+
+The pool starts before the server listens, so the first request finds it warm and ``/ready``
+answers 200 as soon as anything does. On SIGTERM or SIGINT uvicorn stops listening, lets every
+request in flight be answered (each is bounded by its request timeout), and returns; then the
+pool is closed, which kills its zygote and workers: no process is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import socket
+import sys
+
+from pytest_rewardhang.guard import Pool, PoolError, SpecError
+
+from ._app import GuardedScoring, Limits, RewardApp
+from ._contracts import STYLES, contract
+
+__all__ = ["add_arguments", "run_server"]
+
+log = logging.getLogger("pytest_rewardhang.serve")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", help="the scorer: pkg.mod:func or path/file.py:func")
+    parser.add_argument(
+        "--style",
+        choices=sorted(STYLES),
+        default="json",
+        help="the trainer's contract: openrlhf (POST /get_reward), slime (POST /), "
+        "gym (POST /verify), json (POST /score) (default: json)",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="pool workers (default: 2)")
+    parser.add_argument("--budget", type=float, default=2.0, help="seconds per sample (default: 2)")
+    parser.add_argument("--memory-mb", type=float, help="memory limit per sample, in MB")
+    parser.add_argument(
+        "--default", type=float, default=0.0, help="the score of a defaulted sample (default: 0)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8000, help="port (0: any free one)")
+    parser.add_argument(
+        "--label-field",
+        default="expected_answer",
+        help="gym: the request field the scorer gets as its label (default: expected_answer)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=Limits.request_timeout_s,
+        help="seconds before a request's unscored samples get the default "
+        f"(default: {Limits.request_timeout_s:g}, under slime's 120 s)",
+    )
+    parser.add_argument(
+        "--read-timeout",
+        type=float,
+        default=Limits.read_timeout_s,
+        help=f"seconds a client may take to send its body (default: {Limits.read_timeout_s:g})",
+    )
+    parser.add_argument(
+        "--max-body-mb", type=float, default=16.0, help="largest request body (default: 16)"
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+
+
+def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+    except ImportError:
+        parser.error("serve needs the serve extra: pip install 'pytest-rewardhang[serve]'")
+    logging.basicConfig(
+        stream=sys.stderr, level=args.log_level.upper(), format="%(message)s", force=True
+    )
+    limits = Limits(args.request_timeout, args.read_timeout, int(args.max_body_mb * 2**20))
+    terms = contract(args.style, args.label_field)
+    listener = socket.create_server((args.host, args.port), backlog=2048)
+    try:
+        pool = Pool(args.spec, workers=args.workers, budget=args.budget, memory_mb=args.memory_mb)
+    except (SpecError, PoolError, ValueError) as exc:  # each says why in one line
+        listener.close()
+        parser.error(str(exc))
+    try:
+        app = RewardApp(terms, GuardedScoring(pool, args.default), limits)
+        config = uvicorn.Config(
+            app,
+            log_level=args.log_level,
+            access_log=False,  # the app logs each request itself, as JSON
+            lifespan="on",
+            timeout_graceful_shutdown=int(limits.request_timeout_s) + 5,
+        )
+        host, port = listener.getsockname()[:2]
+        log.info(
+            json.dumps(
+                {
+                    "event": "listening",
+                    "url": f"http://{host}:{port}{terms.path}",
+                    "port": port,
+                    "style": terms.style,
+                    "workers": args.workers,
+                    "budget": args.budget,
+                }
+            )
+        )
+        # uvicorn stops on SIGTERM or SIGINT, then restores the handlers it found and raises the
+        # signal again: these make that a return, so the pool below is closed and the exit is 0.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, _stopped)
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        pool.close()
+        listener.close()
+        log.info(json.dumps({"event": "stopped"}))
+    return 0
+
+
+def _stopped(signum: int, frame: object) -> None:
+    """The stop signal, once uvicorn has stopped: nothing left to do but close the pool."""

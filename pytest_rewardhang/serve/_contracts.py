@@ -1,0 +1,195 @@
+"""Each trainer's request and response shapes: what a body holds and what the answer must be.
+
+A contract turns a parsed JSON body into the scorer calls of its samples (a tuple of positional
+or a dict of keyword arguments each, as :meth:`Pool.map` takes them) and the scores of those
+samples into the body the trainer reads. A body the contract cannot read raises
+:class:`BadRequest` with one sentence the client's log will show. The shapes are the trainers'
+own (cited in ``tests/serve/test_server.py``, which calls the server as each trainer does):
+
+- ``openrlhf``: ``POST /get_reward`` ``{"query": [...], "prompts": [...], "labels": [...]}`` ->
+  ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``; the scorer gets
+  ``(response, label)``, the response being the query with its prompt cut off.
+- ``slime``: ``POST /`` ``{"prompt", "response", "label"}`` -> ``{"score": ..., ...}`` (slime's
+  ``--reward-key score`` reads it); the scorer gets ``(response, label)``.
+- ``gym``: ``POST /verify`` with a NeMo Gym verify request -> the request with ``reward`` added;
+  the scorer gets ``(response, label)``: the text of the response's output messages and the
+  request's ``label_field`` (``expected_answer`` unless told).
+- ``json``: ``POST /score`` ``{"samples": [...]}``, each sample a list of positional or an
+  object of keyword arguments -> ``{"scores": [...], "statuses": [...]}``.
+
+Every answer says which samples got the default score instead of the scorer's, and why (the
+outcome's status, or ``overload`` for a sample still waiting at the request's deadline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["STYLES", "BadRequest", "Contract", "Scored", "contract"]
+
+
+class BadRequest(ValueError):
+    """A body the contract cannot read; ``status`` is the HTTP code to answer it with."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One sample's score as the trainer gets it: the scorer's value, or the default and why."""
+
+    score: float
+    status: str  # "ok", an outcome's status ("timeout", "crashed", ...) or "overload"
+    detail: str = ""  # for the log: the outcome's one-line description when not ok
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+Call = tuple[Any, ...] | dict[str, Any]
+
+
+class Contract:
+    """The ``json`` style; the trainers' styles override :meth:`calls` and :meth:`answer`."""
+
+    style = "json"
+    path = "/score"
+    #: Other POST paths the trainer calls on the same server, answered with an empty object.
+    extra_paths: tuple[str, ...] = ()
+
+    def __init__(self, label_field: str = "expected_answer") -> None:
+        self.label_field = label_field
+
+    def calls(self, body: Any) -> list[Call]:
+        samples = _field(body, "samples", list)
+        calls: list[Call] = []
+        for i, sample in enumerate(samples):
+            if isinstance(sample, list):
+                calls.append(tuple(sample))
+            elif isinstance(sample, dict):
+                calls.append(dict(sample))
+            else:
+                raise BadRequest(f"samples[{i}] must be a list or an object, not {_kind(sample)}")
+        return calls
+
+    def answer(self, body: Any, scored: Sequence[Scored]) -> Any:
+        return {"scores": [s.score for s in scored], "statuses": [s.status for s in scored]}
+
+
+class OpenRLHF(Contract):
+    style = "openrlhf"
+    path = "/get_reward"
+
+    def calls(self, body: Any) -> list[Call]:
+        queries = _field(body, "query", list)
+        prompts = _optional_list(body, "prompts", len(queries))
+        labels = _optional_list(body, "labels", len(queries))
+        calls: list[Call] = []
+        for i, (query, prompt) in enumerate(zip(queries, prompts, strict=True)):
+            if not isinstance(query, str):
+                raise BadRequest(f"query[{i}] must be a string, not {_kind(query)}")
+            calls.append((_cut_prompt(query, prompt), labels[i]))
+        return calls
+
+    def answer(self, body: Any, scored: Sequence[Scored]) -> Any:
+        rewards = [s.score for s in scored]
+        # extra_logs values are logged as per-sample numbers: 1.0 marks a defaulted sample.
+        defaulted = [0.0 if s.ok else 1.0 for s in scored]
+        return {"rewards": rewards, "scores": rewards, "extra_logs": {"reward_hang": defaulted}}
+
+
+class Slime(Contract):
+    style = "slime"
+    path = "/"
+
+    def calls(self, body: Any) -> list[Call]:
+        response = _field(body, "response", str)
+        if "prompt" not in body:
+            raise BadRequest('the body has no "prompt"')
+        return [(response, body.get("label"))]
+
+    def answer(self, body: Any, scored: Sequence[Scored]) -> Any:
+        (one,) = scored
+        return {"score": one.score, "status": one.status}
+
+
+class Gym(Contract):
+    style = "gym"
+    path = "/verify"
+    # NeMo Gym's agents open each rollout with /seed_session on the resources server.
+    extra_paths = ("/seed_session",)
+
+    def calls(self, body: Any) -> list[Call]:
+        _field(body, "responses_create_params", dict)
+        response = _field(body, "response", dict)
+        output = response.get("output")
+        if not isinstance(output, list):
+            raise BadRequest(f"response.output must be a list, not {_kind(output)}")
+        if self.label_field not in body:
+            raise BadRequest(f"the body has no {self.label_field!r} (the label field)")
+        return [(_output_text(output), body[self.label_field])]
+
+    def answer(self, body: Any, scored: Sequence[Scored]) -> Any:
+        (one,) = scored
+        return {**body, "reward": one.score, "reward_status": one.status}
+
+
+STYLES: dict[str, type[Contract]] = {c.style: c for c in (OpenRLHF, Slime, Gym, Contract)}
+
+
+def contract(style: str, label_field: str = "expected_answer") -> Contract:
+    """The contract of ``style`` (one of :data:`STYLES`)."""
+    try:
+        return STYLES[style](label_field)
+    except KeyError:
+        raise ValueError(f"unknown style {style!r}: one of {', '.join(STYLES)}") from None
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _field(body: Any, name: str, kind: type) -> Any:
+    if not isinstance(body, Mapping):
+        raise BadRequest(f"the body must be a JSON object, not {_kind(body)}")
+    if name not in body:
+        raise BadRequest(f"the body has no {name!r}")
+    value = body[name]
+    if not isinstance(value, kind):
+        raise BadRequest(f"{name!r} must be a {kind.__name__}, not {_kind(value)}")
+    return value
+
+
+def _optional_list(body: Mapping[str, Any], name: str, length: int) -> list[Any]:
+    value = body.get(name)
+    if value is None:
+        return [None] * length
+    if not isinstance(value, list) or len(value) != length:
+        got = f"{len(value)} items" if isinstance(value, list) else _kind(value)
+        raise BadRequest(f"{name!r} must be a list as long as 'query' ({length}), not {got}")
+    return value
+
+
+def _cut_prompt(query: str, prompt: object) -> str:
+    """The response: the query after its prompt, as OpenRLHF's own reward examples cut it."""
+    if isinstance(prompt, str) and prompt:
+        where = query.find(prompt)
+        if where >= 0:
+            return query[where + len(prompt) :]
+    return query
+
+
+def _output_text(output: list[Any]) -> str:
+    """The text of a NeMo Gym response's output messages, as its resources servers join it."""
+    parts = []
+    for item in output:
+        if isinstance(item, dict) and item.get("type") == "message":
+            for content in item.get("content") or ():
+                if isinstance(content, dict) and content.get("type") == "output_text":
+                    parts.append(str(content.get("text", "")))
+    return "".join(parts)

@@ -1,0 +1,199 @@
+"""The server's application, called in-process through ASGI: no uvicorn, no network, no pool.
+
+A fake scoring backend stands in for the pool, so each contract's shapes, the bad requests'
+messages, the request deadline and the metrics are checked in milliseconds (the real server,
+pool and clients are tests/serve/test_server.py's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import pytest
+
+from pytest_rewardhang.guard import Outcome, Status
+from pytest_rewardhang.serve import STYLES, BadRequest, Limits, RewardApp, Scored, contract
+from pytest_rewardhang.serve._app import scored
+
+
+class Fake:
+    """Scores ``(response, label)`` by exact match; ``"slow"`` never answers, ``"boom"`` raises."""
+
+    default = -1.0
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+
+    async def score(self, call: tuple[Any, ...] | dict[str, Any]) -> Scored:
+        self.calls.append(call)
+        response, label = call if isinstance(call, tuple) else (call["response"], call["label"])
+        if response == "slow":
+            await asyncio.sleep(3600)
+        if response == "boom":
+            raise RuntimeError("the backend broke")
+        return Scored(float(response == label), "ok")
+
+
+def call(app: RewardApp, method: str, path: str, body: bytes = b"") -> tuple[int, Any]:
+    async def go() -> tuple[int, Any]:
+        sent: list[dict[str, Any]] = []
+        parts = [body[i : i + 7] for i in range(0, len(body), 7)] or [b""]
+
+        async def receive() -> dict[str, Any]:
+            chunk = parts.pop(0)
+            return {"type": "http.request", "body": chunk, "more_body": bool(parts)}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(dict(message))
+
+        scope = {"type": "http", "method": method, "path": path, "headers": []}
+        await asyncio.wait_for(app(scope, receive, send), 10)
+        start, content = sent
+        text = content["body"].decode()
+        is_json = dict(start["headers"])[b"content-type"] == b"application/json"
+        return start["status"], json.loads(text) if is_json else text
+
+    return asyncio.run(go())
+
+
+def app_for(style: str, **limits: Any) -> tuple[RewardApp, Fake]:
+    fake = Fake()
+    return RewardApp(contract(style), fake, Limits(**limits)), fake
+
+
+def test_openrlhf_cuts_the_prompt_off_the_query_and_marks_defaults() -> None:
+    app, fake = app_for("openrlhf")
+    body = {"query": ["P1 yes", "P2 boom"], "prompts": ["P1 ", "P2 "], "labels": ["yes", "x"]}
+    code, answer = call(app, "POST", "/get_reward", json.dumps(body).encode())
+    assert fake.calls == [("yes", "yes"), ("boom", "x")]
+    assert (code, answer) == (
+        200,
+        {"rewards": [1.0, -1.0], "scores": [1.0, -1.0], "extra_logs": {"reward_hang": [0.0, 1.0]}},
+    )
+
+
+def test_json_style_takes_positional_and_keyword_samples() -> None:
+    app, fake = app_for("json")
+    body = {"samples": [["a", "a"], {"response": "b", "label": "c"}]}
+    code, answer = call(app, "POST", "/score", json.dumps(body).encode())
+    assert fake.calls == [("a", "a"), {"response": "b", "label": "c"}]
+    assert (code, answer) == (200, {"scores": [1.0, 0.0], "statuses": ["ok", "ok"]})
+    code, answer = call(app, "POST", "/score", b'{"samples": [3]}')
+    assert (code, answer) == (400, {"error": "samples[0] must be a list or an object, not int"})
+
+
+def test_samples_unanswered_at_the_request_deadline_get_the_default_as_overload() -> None:
+    app, _ = app_for("json", request_timeout_s=0.2)
+    body = {"samples": [["slow", "x"], ["y", "y"]]}
+    code, answer = call(app, "POST", "/score", json.dumps(body).encode())
+    assert (code, answer) == (200, {"scores": [-1.0, 1.0], "statuses": ["overload", "ok"]})
+    assert app.metrics.samples == {"overload": 1, "ok": 1}
+
+
+@pytest.mark.parametrize(
+    ("style", "body", "message"),
+    [
+        ("slime", {"response": "r"}, 'the body has no "prompt"'),
+        ("slime", {"prompt": "p", "response": 3}, "'response' must be a str, not int"),
+        ("gym", {"response": {"output": []}}, "the body has no 'responses_create_params'"),
+        (
+            "gym",
+            {"responses_create_params": {}, "response": {"output": None}},
+            "response.output must be a list, not null",
+        ),
+        (
+            "gym",
+            {"responses_create_params": {}, "response": {"output": []}},
+            "the body has no 'expected_answer' (the label field)",
+        ),
+    ],
+)
+def test_bad_bodies_get_one_sentence(style: str, body: Any, message: str) -> None:
+    app, fake = app_for(style)
+    code, answer = call(app, "POST", app.contract.path, json.dumps(body).encode())
+    assert (code, answer) == (400, {"error": message})
+    assert fake.calls == []
+
+
+def test_the_gym_label_field_and_output_text() -> None:
+    terms = contract("gym", label_field="ground_truth")
+    body = {
+        "responses_create_params": {},
+        "response": {
+            "output": [
+                {"type": "function_call", "name": "f"},
+                {"type": "message", "content": [{"type": "output_text", "text": "4"}]},
+                {
+                    "type": "message",
+                    "content": [{"type": "refusal"}, {"type": "output_text", "text": "2"}],
+                },
+            ]
+        },
+        "ground_truth": "42",
+    }
+    assert terms.calls(body) == [("42", "42")]
+    with pytest.raises(BadRequest, match="no 'ground_truth'"):
+        terms.calls({"responses_create_params": {}, "response": {"output": []}})
+
+
+def test_routes_health_ready_metrics_and_the_shutdown() -> None:
+    app, _ = app_for("slime")
+    assert call(app, "GET", "/health") == (200, {"status": "ok"})
+    assert call(app, "GET", "/ready") == (200, {"status": "ready", "style": "slime"})
+    assert call(app, "GET", "/") == (405, {"error": "GET is not allowed on /"})
+    assert call(app, "POST", "/nope") == (404, {"error": "no route /nope: this server scores /"})
+    code, text = call(app, "GET", "/metrics")
+    assert code == 200
+    assert 'rewardhang_serve_requests_total{path="/health",code="200"} 1' in text
+    assert 'rewardhang_serve_requests_total{path="other",code="404"} 1' in text
+    assert 'rewardhang_serve_request_seconds_bucket{le="+Inf"} 4' in text
+    assert "rewardhang_serve_workers_replaced_total 0" in text
+
+    async def shutdown() -> None:
+        messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+        sent: list[Any] = []
+
+        async def receive() -> Any:
+            return messages.pop(0)
+
+        async def send(message: Any) -> None:
+            sent.append(message["type"])
+
+        await app({"type": "lifespan"}, receive, send)
+        assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+    asyncio.run(shutdown())
+    assert call(app, "GET", "/ready") == (503, {"status": "shutting down"})
+
+
+def test_an_outcome_gives_its_value_only_when_it_is_a_finite_number() -> None:
+    assert scored(Outcome(Status.OK, value=1), 0.0) == Scored(1.0, "ok")
+    assert scored(Outcome(Status.OK, value=True), 0.0).status == "error"
+    assert scored(Outcome(Status.OK, value=float("nan")), 0.5).score == 0.5
+    assert scored(Outcome(Status.OK, value="1"), 0.0).detail.startswith("error: the scorer")
+    hung = scored(Outcome(Status.TIMEOUT, budget=1.0), 0.0)
+    assert (hung.score, hung.status) == (0.0, "timeout")
+
+
+def test_every_style_is_known() -> None:
+    assert sorted(STYLES) == ["gym", "json", "openrlhf", "slime"]
+    with pytest.raises(ValueError, match="unknown style 'verl': one of"):
+        contract("verl")
+
+
+def test_without_the_serve_extra_the_command_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_rewardhang.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # what a missing module imports as
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "my_rewards.py:compute_score"])
+    assert exited.value.code == 2
+    assert "serve needs the serve extra: pip install 'pytest-rewardhang[serve]'" in (
+        capsys.readouterr().err
+    )
