@@ -32,11 +32,23 @@ def _shown(value: object) -> str:
     return repr(value)
 
 
-def seconds(name: str, value: object, *, zero: bool = False) -> float:
-    """A finite number of seconds, positive (or zero with ``zero``), at most a lifetime."""
-    low = "non-negative" if zero else "positive"
-    if not (_real(value) and (value >= 0 if zero else value > 0)):
-        raise ValueError(f"{name} must be a {low} number of seconds, not {_shown(value)}")
+def seconds(name: str, value: object) -> float:
+    """A finite positive number of seconds, at most a lifetime."""
+    if not (_real(value) and value > 0):
+        raise ValueError(f"{name} must be a positive number of seconds, not {_shown(value)}")
+    return _at_most_a_lifetime(name, value)
+
+
+def wait(name: str, value: object) -> float | None:
+    """None (no bound) or a finite number of seconds >= 0, at most a lifetime."""
+    if value is None:
+        return None
+    if not (_real(value) and value >= 0):
+        raise ValueError(f"{name} must be >= 0 seconds or None, not {_shown(value)}")
+    return _at_most_a_lifetime(name, value)
+
+
+def _at_most_a_lifetime(name: str, value: float) -> float:
     if value > MAX_BUDGET_S:
         raise ValueError(f"{name} must be at most {MAX_BUDGET_S:g} seconds, not {_shown(value)}")
     return float(value)

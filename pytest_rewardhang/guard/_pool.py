@@ -49,6 +49,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any
 
+from . import _limits
 from ._driver import said
 from ._engine import Engine
 from ._interrupts import hold, release
@@ -104,14 +105,11 @@ class Pool:
     ) -> None:
         _check_limits(budget, memory_mb)
         warm = _warmup(warmup)
-        if not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be a positive int, not {workers!r}")
+        _limits.count("workers", workers)
         if max_pending is None:
             max_pending = _PENDING_PER_WORKER * workers
-        if not isinstance(max_pending, int) or max_pending < 1:
-            raise ValueError(f"max_pending must be a positive int, not {max_pending!r}")
-        if submit_timeout is not None and not submit_timeout >= 0:
-            raise ValueError(f"submit_timeout must be >= 0 seconds or None, not {submit_timeout!r}")
+        _limits.count("max_pending", max_pending)
+        _limits.wait("submit_timeout", submit_timeout)
         self.budget = float(budget)
         self.workers = workers
         self.max_pending = max_pending

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import os
 import signal
 import subprocess
@@ -354,6 +355,12 @@ def test_submit_timeout_on_a_full_queue_says_so() -> None:
         ({"max_pending": 0}, "max_pending must be a positive int"),
         ({"max_pending": 1.5}, "max_pending must be a positive int"),
         ({"submit_timeout": -1}, "submit_timeout must be >= 0"),
+        ({"workers": True}, "workers must be a positive int, not True"),
+        ({"workers": 0}, "workers must be a positive int, not 0"),
+        ({"max_pending": True}, "max_pending must be a positive int, not True"),
+        ({"submit_timeout": math.nan}, "submit_timeout must be >= 0 seconds or None, not nan"),
+        ({"submit_timeout": math.inf}, "submit_timeout must be >= 0 seconds or None, not inf"),
+        ({"submit_timeout": 1e12}, "submit_timeout must be at most 1e[+]09 seconds"),
     ],
 )
 def test_bad_queue_options_are_one_clear_line(options: dict[str, Any], text: str) -> None:
