@@ -82,8 +82,7 @@ class Driver:
         if not batch.left:
             return []
         me = threading.get_ident()
-        if self.driving_thread == me:
-            raise RuntimeError("map() from inside the pool's own loop (a future's callback)")
+        self._refuse_the_driver("map", me)
         try:
             with self.lock:
                 if self.closing:
@@ -127,10 +126,9 @@ class Driver:
         """Queue one item from any thread; its future gets its outcome."""
         if os.getpid() != self.owner:
             raise PoolError("this Pool belongs to the process that forked this one; make a new one")
+        self._refuse_the_driver("submit", threading.get_ident())
         if not acquired:
-            # From the loop's own thread (a future's callback) a full queue would never drain.
-            inside = self.driving_thread == threading.get_ident()
-            self.slots.acquire(0.0 if inside else timeout)
+            self.slots.acquire(timeout)
         future: Future[Outcome] = Future()
         with self.lock:
             if self.closing:
@@ -145,6 +143,18 @@ class Driver:
             if self.idle:
                 self._poke()
         return future
+
+    def _refuse_the_driver(self, call: str, me: int) -> None:
+        """No work from the thread that drives the loop: a future's done-callback runs there,
+        and so does a signal handler while ``map()`` drives on the main thread. Waiting there
+        on any item (its own or one queued behind) would wait on the loop that must answer it,
+        for ever; refused, whatever the call meant to do with it."""
+        if self.driving_thread == me:
+            raise PoolError(
+                f"{call}() from the thread that drives this Pool (a future's done-callback, or "
+                "a signal handler while map() runs) would wait on itself: call it from another "
+                "thread"
+            )
 
     def hand_in(self, decoded: Decoded) -> None:
         """From another thread: an outcome for the loop to finish its item with."""

@@ -539,3 +539,59 @@ def test_a_forked_child_cannot_submit_to_its_parents_pool() -> None:
         assert os.WIFEXITED(status)
         assert os.WEXITSTATUS(status) == 0
         assert pool.submit(2).result(timeout=LONG).value == 2
+
+
+# --- reentry ----------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60, method="thread")  # a frozen pool holds the loop: no signal would land
+@pytest.mark.usefixtures("no_leaks")
+def test_work_from_a_done_callback_is_refused_and_the_pool_goes_on() -> None:
+    # A done-callback runs in the thread that drives the pool: a submit().result() or a map()
+    # there waited on the loop that had to answer it, and the pool froze.
+    refused: list[BaseException] = []
+
+    def reenter(done: Future[Outcome]) -> None:
+        for call in (lambda: pool.submit(2).result(timeout=LONG), lambda: pool.map([(3,)])):
+            try:
+                call()
+            except PoolError as exc:
+                refused.append(exc)
+
+    with Pool(add, workers=1, budget=BUDGET) as pool:
+        first = pool.submit(1)
+        first.add_done_callback(reenter)
+        assert first.result(timeout=LONG).value == 1
+        assert pool.submit(4).result(timeout=LONG).value == 4  # the pool still answers
+        assert [o.value for o in pool.map([(5,)])] == [5]
+    assert [str(exc) for exc in refused] == [
+        f"{call}() from the thread that drives this Pool (a future's done-callback, or a signal "
+        "handler while map() runs) would wait on itself: call it from another thread"
+        for call in ("submit", "map")
+    ]
+
+
+@pytest.mark.timeout(60, method="thread")
+@pytest.mark.usefixtures("no_leaks")
+def test_work_from_a_signal_handler_during_map_is_refused() -> None:
+    # map() drives the pool on this thread: a handler that lands in it and scores there would
+    # wait on itself. Refused, the handler's error ends that map() as any handler's error does.
+    refused: list[BaseException] = []
+
+    def handler(signum: int, frame: object) -> None:
+        try:
+            pool.submit(2).result(timeout=LONG)
+        except PoolError as exc:
+            refused.append(exc)
+            raise
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        with Pool(nap, workers=1, budget=5.0) as pool:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(PoolError, match=r"^submit\(\) from the thread that drives"):
+                pool.map([(1.0,)])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(refused) == 1
