@@ -27,6 +27,7 @@ import time
 from collections import deque
 from typing import Any
 
+from ._interrupts import writev
 from ._wire import CHUNK, FENCE
 
 #: ``Worker.after_fence`` of a worker whose fenced item answered with nothing queued behind.
@@ -216,7 +217,7 @@ class Worker:
         """Write ``parts`` (or what is left over from before); keep what does not fit."""
         fd = self.fds["task_w"]
         try:
-            written = os.writev(fd, parts) if parts is not None else os.write(fd, self.unsent)
+            written = writev(fd, parts if parts is not None else [self.unsent])
         except BlockingIOError:
             written = 0
         except BrokenPipeError:  # it died; its death is reported separately

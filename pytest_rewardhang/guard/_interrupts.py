@@ -16,7 +16,7 @@ import importlib
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 #: Never blocked: the signals a fault raises synchronously, and those that cannot be.
 _SYNCHRONOUS = {"SIGKILL", "SIGSTOP", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS"}
@@ -89,3 +89,30 @@ class let_in:  # lower case: used as a function, ``with let_in():``
     def __exit__(self, *_: object) -> None:
         if self.opened and sigmask is not None:
             sigmask(signal.SIG_BLOCK, MASKED)
+
+
+_PIPE = {signal.SIGPIPE}
+
+
+def writev(fd: int, parts: Sequence[bytes | bytearray]) -> int:
+    """``os.writev`` that never raises ``SIGPIPE`` in the caller, whatever its disposition.
+
+    A pipe whose reader died (a worker its item killed, or that closed its own end) makes the
+    kernel send the writing thread ``SIGPIPE``: ignored by Python's default, it kills a caller
+    that restored ``SIG_DFL`` (a CLI, an embedded interpreter). Blocked for the write, the
+    signal is taken back after a broken pipe, so only ``BrokenPipeError`` is left; one that was
+    pending before (the caller's own, under a :func:`hold`) is left as it was.
+    """
+    if sigmask is None:
+        return os.writev(fd, parts)
+    blocked = signal.SIGPIPE in sigmask(signal.SIG_BLOCK, _PIPE)
+    theirs = blocked and signal.SIGPIPE in signal.sigpending()
+    try:
+        return os.writev(fd, parts)
+    except BrokenPipeError:
+        if not theirs:
+            signal.sigtimedwait(_PIPE, 0)
+        raise
+    finally:
+        if not blocked:
+            sigmask(signal.SIG_UNBLOCK, _PIPE)

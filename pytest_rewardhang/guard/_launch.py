@@ -298,7 +298,7 @@ class Zygote:
                 self.sock.settimeout(START_TIMEOUT_S)
                 with let_in():
                     for message in config:
-                        self.sock.send(message)
+                        self.sock.send(message, socket.MSG_NOSIGNAL)
             self._ready(warmup)
         except BaseException:
             self.stop()
@@ -332,7 +332,7 @@ class Zygote:
         False when the request could not even be sent (the zygote is not reading).
         """
         try:
-            socket.send_fds(self.sock, [MSG_FORK + WID.pack(wid)], fds)
+            socket.send_fds(self.sock, [MSG_FORK + WID.pack(wid)], fds, socket.MSG_NOSIGNAL)
         except OSError:
             return False
         return True
@@ -340,7 +340,7 @@ class Zygote:
     def kill(self, wid: int) -> None:
         """Ask for worker ``wid``'s tree to be killed; it says so at once, and when reaped."""
         with contextlib.suppress(OSError):  # not reading: it is replaced when it does not answer
-            self.sock.send(MSG_KILL + WID.pack(wid))
+            self.sock.send(MSG_KILL + WID.pack(wid), socket.MSG_NOSIGNAL)
 
     def receive(self) -> tuple[bytes, list[int]] | None:
         """The zygote's next message and the fds it carries; None when none is waiting."""

@@ -245,3 +245,10 @@ class BigCallable:
 class Unpicklable:
     def __reduce__(self) -> Any:
         raise TypeError("not today")
+
+
+def crash_every_other(i: int) -> int:
+    """Odd items end their worker at once: its pipes' reader is gone while the caller writes."""
+    if i % 2:
+        os._exit(3)
+    return i

@@ -472,3 +472,34 @@ def test_a_sigint_storm_leaves_nothing(launch: Launch) -> None:
     assert interrupted > 0, "no interrupt landed: this checked nothing"
     assert (fds, kids) == (0, 0)
     assert blocked == 0, "the pool left signals blocked in the main thread"
+
+
+SIGPIPE_CALLER = """
+import signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as a CLI or an embedded interpreter has it
+from pytest_rewardhang.guard import Pool
+from tests.guard._attacks import crash_every_other
+target = crash_every_other if sys.argv[1] == "zygote" else lambda i: crash_every_other(i)
+with Pool(target, workers=2, budget=5.0) as pool:
+    for _ in range(10):
+        outs = pool.map([(i,) for i in range(100)])
+    subs = [pool.submit(i) for i in range(200)]
+    subs = [f.result(timeout=60) for f in subs]
+print(sum(o.ok for o in outs), sum(o.ok for o in subs), flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["zygote", "caller"])
+def test_a_caller_with_the_default_sigpipe_survives_its_workers_deaths(kind: str) -> None:
+    # Writing a batch to a worker its item just ended sent the caller SIGPIPE: with the default
+    # disposition it died (status -13) within a second, from map() and from the driver thread.
+    done = subprocess.run(
+        [sys.executable, "-c", SIGPIPE_CALLER, kind],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["50", "100"]
