@@ -88,6 +88,8 @@ class ScorerCheck:
         self._problem: ScorerProblem | None = None
         self.problem_reported = False
         self._pools: dict[str, Pool] = {}
+        #: Whether the last call in each context's pool ended its worker (see _fresh).
+        self._ended: dict[str, bool] = {}
         #: Where the scorer is called, the first context running every case; set by _prepare.
         self.contexts: tuple[str, ...] = ()
         #: The example's outcome in each further context, and whether its failure was reported.
@@ -124,7 +126,6 @@ class ScorerCheck:
         smallest hanging input is the useful reproduction.
         """
         info, example = self._prepare()
-        pool = self._worker(self.primary)
         if family == SEARCH:
             results = self._search(info, example)
         else:
@@ -134,7 +135,7 @@ class ScorerCheck:
                 if case.family != family:
                     continue
                 kwargs = self.kwargs_for(case)
-                result = CaseResult(case, len(case.text), pool.map([kwargs])[0])
+                result = CaseResult(case, len(case.text), self._call(self.primary, kwargs))
                 results.append(self._judge(result, kwargs, self.primary))
                 if result.fresh is not None and result.fresh.status is Status.TIMEOUT:
                     break
@@ -149,7 +150,7 @@ class ScorerCheck:
         """The example, then the slowest cases the first context finished, in ``context``."""
         out = self._again_example.get(context)
         if out is None:
-            out = self._worker(context).map([example])[0]
+            out = self._call(context, example)
             if out.status in _CONFIRMED:  # a benign call: a slow start on a busy machine?
                 fresh = self._fresh(example, context)
                 out = fresh if fresh.status is Status.OK else out
@@ -172,10 +173,9 @@ class ScorerCheck:
         ]
         slowest = sorted(finished, key=lambda r: -r.outcome.wall_s)[:SLOWEST_AGAIN]
         results = []
-        pool = self._worker(context)
         for done in sorted(slowest, key=lambda r: r.chars):
             kwargs = self.kwargs_for(done.case)
-            result = CaseResult(done.case, done.chars, pool.map([kwargs])[0], context=context)
+            result = CaseResult(done.case, done.chars, self._call(context, kwargs), context=context)
             result.again = True
             results.append(self._judge(result, kwargs, context))
             if result.fresh is not None and result.fresh.status is Status.TIMEOUT:
@@ -242,11 +242,9 @@ class ScorerCheck:
 
         self._harvest(example)
         units = self._units or ["a"]
-        pool = self._worker(self.primary)
 
         def probe(text: str) -> Outcome:
-            kwargs = _calls.with_case(info, example, self.scorer.kind, text)
-            return pool.map([kwargs])[0]
+            return self._call(self.primary, _calls.with_case(info, example, self.scorer.kind, text))
 
         database = self.rootdir / ".reward-hang" / "search" / self.scorer.id
         ran = _search.search(
@@ -351,7 +349,7 @@ class ScorerCheck:
         self._info = info
         self.contexts = contexts_for(info, self.scorer.contexts or self.settings.contexts)
         example = self._load_example(info)
-        first = self._worker(self.primary).map([example])[0]
+        first = self._call(self.primary, example)
         if first.status is not Status.OK:
             where = str(self.scorer.example) if self.scorer.example else "the default example"
             raise ScorerProblem(
@@ -390,7 +388,21 @@ class ScorerCheck:
         call = _calls.ScorerCall(self.spec, str(self.rootdir), context, materialize)
         return Pool(call, workers=1, budget=self.deadline, memory_mb=self.memory_mb)
 
+    def _call(self, context: str, kwargs: dict[str, Any]) -> Outcome:
+        """One call in the context's warm worker, remembering whether it ended that worker."""
+        out = self._worker(context).map([kwargs])[0]
+        self._ended[context] = out.status in _ENDS_ITS_WORKER
+        return out
+
     def _fresh(self, kwargs: dict[str, Any], context: str) -> Outcome:
+        """The call again in a worker that nothing has run in since the warm zygote forked it.
+
+        After a call that ended the context's worker (the kill at its deadline, a crash), the
+        pool's next worker is just that: no new pool, no new interpreter importing the scorer.
+        After a call its worker outlived (a MemoryError), a new pool's first worker.
+        """
+        if self._ended.get(context):
+            return self._call(context, kwargs)
         with self._new_pool(context) as pool:
             return pool.map([kwargs])[0]
 
@@ -467,6 +479,8 @@ def harvested_cases(
 
 #: Outcomes a fresh worker confirms (or not) before they count as the case's own.
 _CONFIRMED = (Status.TIMEOUT, Status.MEMORY, Status.CRASHED)
+#: Outcomes whose worker is gone: killed at the deadline, or dead of the call.
+_ENDS_ITS_WORKER = (Status.TIMEOUT, Status.CRASHED)
 
 
 def contexts_for(info: _calls.ScorerInfo, chosen: tuple[str, ...] | None) -> tuple[str, ...]:
