@@ -734,3 +734,38 @@ def test_pidfd_failing_after_the_fork_kills_the_child_and_leaks_nothing() -> Non
     assert result["elapsed"] < 0.5 + GENEROUS
     assert result["left"] == []
     assert result["fds"]
+
+
+def write_a_crafted_dump() -> None:
+    """Fill the stack pipe, made as large as the caller keeps, with what made the dump's parse
+    quadratic (a run of lines of blanks), and hang until the kill."""
+    import fcntl
+
+    frame = sys._getframe()
+    while "stack_w" not in frame.f_locals:  # the child's setup holds the dump's write end
+        frame = frame.f_back  # type: ignore[assignment]
+    fd = frame.f_locals["stack_w"]
+    fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+    os.set_blocking(fd, False)
+    line = b" " * 63 + b"\n"
+    try:
+        while True:
+            os.write(fd, line * 1024)
+    except BlockingIOError:
+        pass
+    while True:
+        pass
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_crafted_stack_dump_is_read_in_linear_time() -> None:
+    # A MiB of blank lines on the stack pipe: the dump's frames were found by a pattern whose
+    # leading whitespace crossed lines, quadratic in them: describe() took about a minute.
+    out = run(write_a_crafted_dump, budget=BUDGET)
+    assert out.status is Status.TIMEOUT, out.describe()
+    assert out.stack is not None
+    assert len(out.stack) > 512 * 1024, "the call did not fill the pipe: nothing was tried"
+    start = time.monotonic()
+    out.describe()
+    assert out.stuck_at is None or isinstance(out.stuck_at, tuple)
+    assert time.monotonic() - start < GENEROUS
