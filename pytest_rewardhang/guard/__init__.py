@@ -38,10 +38,11 @@ from ._outcome import CallFailed, Containment, Mechanism, NotStarted, Outcome, S
 from ._pool import Pool
 from ._run import guarded, run
 from ._spec import SpecError, load_callable
-from ._wire import OUTPUT_LIMIT
+from ._wire import OUTPUT_LIMIT, RESULT_LIMIT
 
 __all__ = [
     "OUTPUT_LIMIT",
+    "RESULT_LIMIT",
     "CallFailed",
     "Containment",
     "Mechanism",

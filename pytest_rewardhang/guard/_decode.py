@@ -36,7 +36,7 @@ import sys
 from typing import Any
 
 from ._outcome import Answer, NotStarted, Status
-from ._wire import DUMP_SIGNAL, HEADER, MAGIC
+from ._wire import DUMP_SIGNAL, HEADER, MAGIC, RESULT_LIMIT
 
 _OK_VALUE = Status.OK.value
 _ERROR_VALUE = Status.ERROR.value
@@ -268,15 +268,23 @@ SCRIBBLED = (
     "the guard's result pipe held bytes that are not a result frame: the call wrote on the "
     "guard's own descriptor"
 )
+OVERSIZED = (
+    "the guard's result pipe held a frame of {size} bytes, past the "
+    f"{RESULT_LIMIT >> 20} MiB it reads (RESULT_LIMIT): the call wrote on the guard's own "
+    "descriptor"
+)
 
 
 def run_answer(buffer: bytearray, *, objects: bool = False) -> tuple[Answer, int]:
     """What run's child answered in its whole result frame (see ``_wire.HEADER``), and how many
     processes it found left running (0 when the frame cannot be read)."""
-    if HEADER.unpack_from(buffer)[0] != MAGIC:
+    magic, size = HEADER.unpack_from(buffer)
+    if magic != MAGIC:
         return Answer(Status.ERROR, error=SCRIBBLED), 0
+    if size > RESULT_LIMIT:
+        return Answer(Status.ERROR, error=OVERSIZED.format(size=size)), 0
     try:
-        frame = decode(memoryview(buffer)[HEADER.size :], objects=objects)
+        frame = decode(memoryview(buffer)[HEADER.size : HEADER.size + size], objects=objects)
         status, value, error, exception, leaked = frame
         leaked = int(leaked)
     except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the child

@@ -34,7 +34,16 @@ from ._child import run_child
 from ._decode import died, output_text, run_answer, stack_text
 from ._interrupts import MASKED, sigmask
 from ._outcome import Containment, Outcome, Status, answered, common_fields
-from ._wire import CHUNK, DUMP_SIGNAL, OUTPUT_LIMIT, STACK_LIMIT, dump_lead, frame_complete
+from ._wire import (
+    CHUNK,
+    DUMP_SIGNAL,
+    HEADER,
+    OUTPUT_LIMIT,
+    RESULT_LIMIT,
+    STACK_LIMIT,
+    dump_lead,
+    frame_complete,
+)
 
 #: Blocked while a call's resources are created or released (see ._interrupts).
 _block: Callable[[int, Iterable[int]], set[int]] = sigmask or (lambda how, mask: set())
@@ -44,6 +53,8 @@ _POLL_MAX_MS = 1 << 30
 _NO_PIDFD_TICK_MS = 5
 #: Reads of one pipe per wakeup, so a flood of output cannot keep the caller past the deadline.
 _READS_PER_WAKEUP = 4
+#: The most of the result pipe the caller holds: one frame's header and a result at its bound.
+_RESULT_ROOM = HEADER.size + RESULT_LIMIT
 #: How long past the deadline a killed call's processes may take to finish exiting before run()
 #: returns without them: within the 0.1 s it promises.
 _SETTLED_S = 0.09
@@ -312,8 +323,8 @@ class _Call:
                 return True
             if not chunk:
                 return False
-            if buffer is self.result:
-                buffer += chunk
+            if buffer is self.result:  # what a frame may hold at most; the rest is dropped
+                buffer += chunk[: max(_RESULT_ROOM - len(buffer), 0)]
                 continue
             room = (OUTPUT_LIMIT if fd == output_r else STACK_LIMIT) - len(buffer)
             buffer += chunk[: max(room, 0)]

@@ -27,6 +27,10 @@ _OK_VALUE = Status.OK.value
 OUTPUT_LIMIT = 64 * 1024
 #: Bytes of a stack dump kept.
 STACK_LIMIT = 1 << 20
+#: Bytes of a result the caller holds at most, whatever the guarded process writes: a reward is
+#: a few bytes, and a process flooding its result pipe grew the caller by a GiB a second. A
+#: result that pickles larger is an ERROR in the child; bytes past it on the pipe are dropped.
+RESULT_LIMIT = 64 << 20
 #: Bytes asked for by one read of a pipe.
 CHUNK = 1 << 20
 
@@ -68,7 +72,7 @@ def frame_complete(buffer: bytearray) -> bool:
     if len(buffer) < HEADER.size:
         return False
     magic, size = HEADER.unpack_from(buffer)
-    return bool(magic != MAGIC or len(buffer) >= HEADER.size + size)
+    return bool(magic != MAGIC or size > RESULT_LIMIT or len(buffer) >= HEADER.size + size)
 
 
 # --- the pool: one worker's pipes ------------------------------------------------------------
@@ -189,9 +193,9 @@ def result_frames(buffer: bytearray) -> tuple[list[tuple[ResultFields, int]], in
     unpack = RESULT.unpack_from
     while size - offset >= _RESULT_SIZE:
         fields: ResultFields = _fields(ResultFields, unpack(buffer, offset))
-        # More output than a worker ever sends: the call forged the header, and the answers
-        # after it would be taken for that output.
-        if fields.magic != MAGIC or fields.output_size > OUTPUT_LIMIT:
+        # More output or result than a worker ever sends: the call forged the header, and the
+        # answers after it would be taken for that output, or held until the caller ran out.
+        if fields.magic != MAGIC or fields.output_size > OUTPUT_LIMIT or fields.size > RESULT_LIMIT:
             frames.append((_SCRIBBLED_FIELDS, size))
             return frames, size
         end = offset + _RESULT_SIZE + fields.output_size + fields.size
@@ -281,13 +285,21 @@ def read_config(
 def pickle_frame(frame: tuple[Any, ...]) -> bytes:
     """Pickle ``(status, value, error, exception, *rest)``; an unpicklable value turns to error."""
     try:
-        return pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
+        pickled = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         if frame[0] == Status.OK.value:
             what = type(frame[1]).__qualname__
             text = f"{type(exc).__name__}: the call returned a {what} that cannot be pickled: {exc}"
             return pickle_frame((Status.ERROR.value, None, text, None, *frame[4:]))
         raise
+    if len(pickled) > RESULT_LIMIT:
+        what = "returned a value" if frame[0] == Status.OK.value else "raised an exception"
+        text = (
+            f"the call {what} of {len(pickled)} bytes pickled, past the {RESULT_LIMIT >> 20} MiB "
+            "the guard brings back (RESULT_LIMIT)"
+        )
+        return pickle_frame((Status.ERROR.value, None, text, None, *frame[4:]))
+    return pickled
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:  # pragma: no cover - child only

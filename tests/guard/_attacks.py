@@ -103,6 +103,13 @@ def attack(kind: str, arg: str = "", burn_s: float = 0.0) -> Any:
         header = (MAGIC, 0, 1 << 20, 0, index, 0, 0.0, 0.0, 0.0, 0.0, 0, False, 0.0)
         os.write(serve.result_w, RESULT.pack(*header))
         return "forged"
+    if kind == "flood-result":  # a header for itself that claims 4 GiB of result, then bytes
+        serve, index = serving()
+        header = (MAGIC, (1 << 32) - 1, 0, 0, index, 0, 0.0, 0.0, 0.0, 0.0, 0, False, 0.0)
+        os.write(serve.result_w, RESULT.pack(*header))
+        block = b"x" * (1 << 20)
+        while True:
+            os.write(serve.result_w, block)
     if kind == "signal-self":
         signal.signal(signal.SIGUSR1, lambda *_: None)
         os.kill(os.getpid(), signal.SIGUSR1)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_rewardhang.guard import Pool, Status
-from pytest_rewardhang.guard._wire import RETIRED
+from pytest_rewardhang.guard._wire import RESULT_LIMIT, RETIRED
 from tests.conftest import assert_dead, state
 from tests.guard._attacks import (
     BigCallable,
@@ -503,3 +503,34 @@ def test_a_caller_with_the_default_sigpipe_survives_its_workers_deaths(kind: str
     )
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert done.stdout.split() == ["50", "100"]
+
+
+POOL_FLOOD = """
+import resource, sys
+from pytest_rewardhang.guard import Pool
+from tests.guard._attacks import attack
+target = attack if sys.argv[1] == "zygote" else lambda *a: attack(*a)
+with Pool(target, workers=2, budget=2.0) as pool:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    flood, after = pool.map([("flood-result",), ("umask-env-alarm",)])
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10
+    again = pool.map([("umask-env-alarm",)])[0]
+print(flood.status, after.value, again.value, grown, flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["zygote", "caller"])
+def test_a_flooded_result_pipe_holds_the_pool_to_the_result_bound(kind: str) -> None:
+    # A header claiming 4 GiB, then bytes: the caller held them all, waiting for the rest.
+    done = subprocess.run(
+        [sys.executable, "-c", POOL_FLOOD, kind],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    status, after, again, grown = done.stdout.split()
+    assert (status, after, again) == ("crashed", "set", "set"), done.stdout
+    assert int(grown) < 2 * (RESULT_LIMIT >> 20) + 64, f"the caller grew by {grown} MiB"

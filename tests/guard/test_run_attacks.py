@@ -25,7 +25,7 @@ import pytest
 import pytest_rewardhang
 from pytest_rewardhang.guard import CallFailed, Pool, Status, guarded, run
 from pytest_rewardhang.guard._decode import decode
-from pytest_rewardhang.guard._wire import DUMP_SIGNAL
+from pytest_rewardhang.guard._wire import DUMP_SIGNAL, RESULT_LIMIT
 from tests.conftest import kill_everything_below, pipes, sigint_storm, state
 
 #: Where the package under test is imported from, for the subprocesses.
@@ -769,3 +769,58 @@ def test_a_crafted_stack_dump_is_read_in_linear_time() -> None:
     out.describe()
     assert out.stuck_at is None or isinstance(out.stuck_at, tuple)
     assert time.monotonic() - start < GENEROUS
+
+
+FLOOD = """
+import os, resource, sys
+from pytest_rewardhang.guard import run
+from pytest_rewardhang.guard._wire import HEADER, MAGIC
+
+def flood(header):
+    frame = sys._getframe()
+    while "result_w" not in frame.f_locals:  # run's child holds the result pipe's write end
+        frame = frame.f_back
+    fd = frame.f_locals["result_w"]
+    if header:  # a frame that claims a TiB, then the bytes
+        os.write(fd, HEADER.pack(MAGIC, 1 << 40))
+    block = b"x" * (1 << 20)
+    while True:
+        os.write(fd, block)
+
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = run(flood, (sys.argv[1] == "header",), budget=2.0)
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10
+print(out.status, grown, out.error, flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["garbage", "header"])
+def test_a_flooded_result_pipe_holds_the_caller_to_the_result_bound(how: str) -> None:
+    # The caller kept all of it: about a GiB a second of budget, until it was OOM-killed.
+    done = subprocess.run(
+        [sys.executable, "-c", FLOOD, how],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    status, grown, error = done.stdout.split(maxsplit=2)
+    assert status == "error", done.stdout
+    assert int(grown) < 2 * (RESULT_LIMIT >> 20) + 64, f"the caller grew by {grown} MiB"
+    assert "the call wrote on the guard's own descriptor" in error
+    if how == "header":
+        assert f"frame of {1 << 40} bytes, past the 64 MiB it reads (RESULT_LIMIT)" in error
+
+
+def test_a_result_past_the_bound_is_an_error_that_says_so() -> None:
+    out = run(bytes, (RESULT_LIMIT + 1,), budget=GENEROUS)
+    assert out.status is Status.ERROR
+    assert out.error is not None
+    assert "past the 64 MiB the guard brings back (RESULT_LIMIT)" in out.error
+    with Pool(bytes, workers=1, budget=GENEROUS) as pool:
+        big, small = pool.map([(RESULT_LIMIT + 1,), (3,)])
+    assert big.status is Status.ERROR, big.describe()
+    assert "(RESULT_LIMIT)" in (big.error or ""), big.describe()
+    assert small.value == b"\0\0\0"
