@@ -25,8 +25,9 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from . import _limits
 from ._child import awaited
-from ._fork import run_forked
+from ._fork import Confining, run_forked
 from ._outcome import Mechanism, Outcome, Status, raised
+from ._quota import MAX_PROCESSES
 
 log = logging.getLogger("pytest_rewardhang.guard")
 
@@ -43,10 +44,20 @@ def run(
     budget: float = 2.0,
     memory_mb: float | None = None,
     objects: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
 ) -> Outcome:
     """Call ``fn(*args, **kwargs)`` in a forked child that is SIGKILLed at ``budget`` seconds.
 
-    ``memory_mb`` bounds what the call may allocate on top of what the process already maps.
+    ``memory_mb`` bounds what the call may allocate on top of what the process already maps,
+    and, where the kernel has a cgroup memory controller, what all its processes hold together
+    (plus a small headroom). ``max_processes`` bounds its tasks (processes and threads) at
+    once, where there is a pids controller (None: no bound). ``network=False`` gives the call
+    a network namespace of its own, loopback only; ``unprivileged=True`` runs a root caller's
+    call as ``nobody``, without capabilities. ``Outcome.confined`` says what applied; each
+    call also has a temporary folder (``TMPDIR``) and, where root, a ``/dev/shm`` of its own,
+    removed after it. Where one asked for cannot apply, one warning is logged.
     Never raises for anything the call does; the :class:`Outcome` says what happened, and
     control comes back within about ``budget`` plus 0.1 s whatever the call does.
 
@@ -59,9 +70,12 @@ def run(
     ``Outcome.error`` always.
     """
     _check_limits(budget, memory_mb)
+    if max_processes is not None:
+        _limits.count("max_processes", max_processes)
     kwargs = {} if kwargs is None else kwargs
     if hasattr(os, "fork"):
-        return run_forked(fn, tuple(args), kwargs, float(budget), memory_mb, objects)
+        confining = Confining(memory_mb, max_processes, bool(network), bool(unprivileged))
+        return run_forked(fn, tuple(args), kwargs, float(budget), memory_mb, objects, confining)
     if memory_mb is not None:
         _warn_once("memory")
     if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
