@@ -108,6 +108,8 @@ def _unprivileged() -> bool:  # pragma: no cover - child only
     os.setgroups([])
     os.setgid(NOBODY)
     os.setuid(NOBODY)
+    # What root was permitted, a guard nested in the call is not: probed again there.
+    _permitted.clear()
     return os.geteuid() == NOBODY
 
 

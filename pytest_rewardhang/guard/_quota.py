@@ -49,10 +49,33 @@ os.register_at_fork(after_in_child=_v1_homes.clear)
 
 
 def _v1_home(controller: str) -> str | None:
-    """The folder of this process's own group in the v1 hierarchy of ``controller``."""
+    """The folder of this process's own group in the v1 hierarchy of ``controller``; found
+    once per process, when the groups a dead guard left there are removed."""
     if controller not in _v1_homes:
-        _v1_homes[controller] = _find_v1_home(controller)
+        home = _v1_homes[controller] = _find_v1_home(controller)
+        if home is not None:
+            _remove_abandoned(home)
     return _v1_homes[controller]
+
+
+def _remove_abandoned(home: str) -> None:
+    """Remove the v1 groups of guards that died mid-call (SIGKILLed): their processes were
+    killed with their v2 group (by its keeper), their folders were left."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(home):
+            maker = name[len(_cgroup.PREFIX) :].partition("-")[0]
+            if name.startswith(_cgroup.PREFIX) and maker.isdigit() and not _alive(int(maker)):
+                _rmdir(os.path.join(home, name), 0.0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's
+        return True
+    return True
 
 
 def _find_v1_home(controller: str) -> str | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import Confinement, Outcome, Status, _confine, _quota, run
+from pytest_rewardhang.guard import Confinement, Outcome, Status, _confine, _quota, guarded, run
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_leaks")]
 
@@ -153,11 +153,44 @@ def test_forks_past_max_processes_fail_in_the_call() -> None:
     assert run(forks, max_processes=None, budget=20).value == 100
 
 
+@needs(Confinement.PIDS_MAX, "a cgroup pids controller")
+def test_the_groups_a_killed_caller_left_are_removed() -> None:
+    homes = [home for home in map(_quota._find_v1_home, ("pids", "memory")) if home]
+    if not homes:
+        pytest.skip("the limits are in cgroup v2 groups, removed with them by the keeper")
+    dead = os.fork()
+    if dead == 0:  # pragma: no cover - exits at once: its pid names a dead guard
+        os._exit(0)
+    os.waitpid(dead, 0)
+    left = [os.path.join(home, f"rewardhang-{dead}-0") for home in homes]
+    for path in left:
+        os.mkdir(path)
+    try:
+        for home in homes:
+            _quota._remove_abandoned(home)
+        assert not any(map(os.path.exists, left))
+    finally:
+        for path in left:
+            if os.path.exists(path):
+                os.rmdir(path)
+
+
 def test_max_processes_is_checked_at_the_door() -> None:
     nonsense: Any
     for nonsense in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="max_processes must be a positive int"):
             run(int, max_processes=nonsense)
+        with pytest.raises(ValueError, match="max_processes must be a positive int"):
+            guarded(max_processes=nonsense)
+
+
+@needs(Confinement.NO_NETWORK, "a network namespace")
+def test_guarded_passes_the_confinement_on() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        cut_off = guarded(budget=20, network=False)(_connect)
+        assert cut_off(server.getsockname()[1]) == "ConnectionRefusedError"
 
 
 # --- temporary files --------------------------------------------------------------------------
@@ -298,6 +331,19 @@ def test_an_unprivileged_call_writes_its_own_tmpdir() -> None:
     out = timed(write, unprivileged=True, budget=20)
     assert out.status is Status.OK, out.describe()
     assert out.value == 1
+
+
+def _nested() -> tuple[str, bool, bool]:  # pragma: no cover - in the call
+    inner = run(os.geteuid, budget=10)
+    return str(inner.status), Confinement.PRIVATE_SHM in inner.confined, inner.value == 65534
+
+
+@needs(Confinement.UNPRIVILEGED, "a root caller")
+def test_a_guard_nested_in_an_unprivileged_call_asks_for_what_it_may_have() -> None:
+    out = timed(_nested, unprivileged=True, budget=20)
+    assert out.status is Status.OK, out.describe()
+    # Not the mount namespace its root caller could make: its call would crash entering it.
+    assert out.value == ("ok", False, True)
 
 
 # --- what applied, and the warning ----------------------------------------------------------
