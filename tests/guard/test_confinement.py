@@ -17,11 +17,21 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import Confinement, Outcome, Status, _confine, _quota, guarded, run
+from pytest_rewardhang.guard import (
+    Confinement,
+    Outcome,
+    Status,
+    _cgroup,
+    _confine,
+    _quota,
+    guarded,
+    run,
+)
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_leaks")]
 
@@ -173,6 +183,29 @@ def test_the_groups_a_killed_caller_left_are_removed() -> None:
         for path in left:
             if os.path.exists(path):
                 os.rmdir(path)
+
+
+@pytest.mark.skipif(not _cgroup.enabled(), reason="cgroups are turned off here")
+def test_the_limits_go_in_the_calls_v2_group_where_it_has_the_controllers(
+    tmp_path: Path,
+) -> None:
+    # A stand-in for a v2 group whose folder has the memory and pids controllers: the files
+    # the kernel would have there.
+    for name in ("memory.max", "memory.oom.group", "pids.max"):
+        (tmp_path / name).write_text("max\n")
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 2\noom_kill 2\n")
+    quota = _quota.Quota.make(64, 16, str(tmp_path))
+    try:
+        assert quota.applied == {Confinement.MEMORY_MAX, Confinement.PIDS_MAX}
+        assert quota.groups == []  # nothing made in v1
+        assert quota.alarm is None  # v2 kills the whole group itself (memory.oom.group)
+        assert (tmp_path / "pids.max").read_text() == "16"
+        assert (tmp_path / "memory.oom.group").read_text() == "1"
+        limit = int((tmp_path / "memory.max").read_text())
+        assert limit >= (64 + _quota.HEADROOM_MB) * MIB + _resident_mib() * MIB // 2
+        assert quota.oom_kills() == 2
+    finally:
+        quota.close(0.0)
 
 
 def test_max_processes_is_checked_at_the_door() -> None:
