@@ -28,7 +28,11 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 - ``_quota``: a call's memory and process limits (``memory.max``, ``pids.max``); ``_confine``:
   its private temporary folder and ``/dev/shm``, network namespace and unprivileged user;
 - ``_spec``: importing a callable from ``pkg.mod:attr`` or ``path/file.py:attr``;
-- ``_pool``: :class:`Pool`, per-item deadlines, deaths and respawns; ``_launch``: how its
+- ``_pool``: :class:`Pool` (its docstring draws how an item goes through it); behind it
+  ``_driver`` (which thread drives, the inbox, close), ``_engine`` (the loop: deadlines,
+  kills, steals), ``_ledger`` (items to futures, cancel, finish, retries), ``_schedule`` (the
+  scheduling policy), ``_handle`` (a worker's handle and its phases), ``_processes`` (the
+  zygote and its workers) and ``_answers`` (answers, output, deaths); ``_launch``: how its
   workers come to exist; ``_zygote`` and ``_worker``: the pool's two kinds of process.
 """
 

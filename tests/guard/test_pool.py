@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from pytest_rewardhang.guard import NotStarted, Outcome, Pool, Status
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL
+from tests._procs import orphan_grandchildren
 from tests.conftest import assert_dead, children, state
 from tests.guard.conftest import Launch
 
@@ -105,24 +107,6 @@ def python_loop(*_: Any) -> int:
     for i in range(10**12):
         total = (total + i * 7) % 1_000_003
     return total
-
-
-def orphan_grandchildren(count: int, pidfile: str) -> list[str]:
-    """Leave ``count`` setsid()'d grandchildren sleeping, re-parented to us; their pids go to
-    ``pidfile``."""
-    for _ in range(count):
-        child = os.fork()
-        if child == 0:
-            os.setsid()
-            if os.fork() == 0:
-                time.sleep(3600)
-            os._exit(0)
-        os.waitpid(child, 0)
-    time.sleep(0.05)
-    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
-        orphans = f.read().split()
-    Path(pidfile).write_text(" ".join(orphans))
-    return orphans
 
 
 def spawn_and_hang(pidfile: str, hang: bool) -> int:
@@ -685,6 +669,46 @@ def test_garbage_collection_closes_the_pool(launch: Launch) -> None:
     processes = list(set(worker_pids)) + list(children())
     del pool
     gc.collect()
+    assert_dead(processes)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_worker_killed_at_its_deadline_is_replaced_once(tmp_path: Path, launch: Launch) -> None:
+    # Its replacement is asked for at the kill; its death, reported later, asks for none.
+    log = str(tmp_path / "calls")
+    with launch.pool(score, workers=2, budget=BUDGET) as pool:
+        outs = pool.map([(log, "a", "hang"), (log, "b", "hang")])
+        assert [out.status for out in outs] == [Status.TIMEOUT] * 2
+        engine = pool._engine
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (
+            engine.processes.to_spawn or any(not w.serving for w in engine.workers.values())
+        ):
+            assert pool.map([(log, "c")])[0].status is Status.OK
+        assert len(engine.workers) == 2, [w.phase for w in engine.workers.values()]
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_dropped_pool_lets_go_of_its_scorer_without_the_cycle_collector() -> None:
+    # Nothing the pool's parts hold refers back to them: with its last reference gone the pool
+    # closes and its scorer (with whatever a closure keeps) is freed at once, not at a cyclic
+    # collection that a large caller may not run for a long time.
+    class Scorer:  # a local class: served by workers forked from the caller, which keeps it
+        def __call__(self) -> int:
+            return os.getpid()
+
+    scorer = Scorer()
+    alive = weakref.ref(scorer)
+    gc.disable()
+    try:
+        pool = Pool(scorer, workers=2, budget=BUDGET)
+        del scorer
+        worker_pids = [o.value for o in pool.map([()] * 4)]
+        processes = list(set(worker_pids)) + list(children())
+        del pool
+        assert alive() is None
+    finally:
+        gc.enable()
     assert_dead(processes)
 
 

@@ -1,0 +1,304 @@
+"""What the workers say, and what it makes of their items: answers, output, deaths.
+
+:class:`Answers` reads each worker's result pipe (and a long item's output, as it comes) and
+accounts for its death; the functions make an :class:`Outcome` of an answer or a death. Runs
+in the caller, on the loop's thread, except for :func:`decode_aside`'s large answers.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+import weakref
+from collections.abc import Callable
+
+from ._contain import containment
+from ._decode import died, item_answer, output_text, stack_text
+from ._driver import said
+from ._handle import DEAD, NEXT, Watched, Worker
+from ._launch import PoolError
+from ._ledger import Decoded, Ledger
+from ._outcome import Answer, Mechanism, Outcome, Status, answered, common_fields, ok_outcome
+from ._processes import Processes
+from ._schedule import Schedule
+from ._wire import (
+    CHUNK,
+    OUTPUT_LIMIT,
+    RETIRED,
+    STACK_LIMIT,
+    ResultFields,
+    read_bounded,
+    result_frames,
+)
+
+_OK = Status.OK
+_FORK = Mechanism.FORK
+#: An answer's pickle over this many bytes is decoded beside the loop, not in it: see
+#: decode_aside.
+_ASIDE_OVER = 256 * 1024
+
+
+def answer_outcome(
+    fields: ResultFields,
+    buffer: bytes | bytearray,
+    at: int,
+    drained: tuple[bytes, int] | None,
+    budget: float,
+    objects: bool,
+) -> Outcome:
+    """The outcome of an answer that is not a bare OK float: see RESULT."""
+    size, output_end = fields.size, at + fields.output_size
+    output, dropped = after(drained, bytes(buffer[at:output_end]), fields.dropped)
+    common = common_fields(
+        fields.wall,
+        fields.cpu,
+        fields.rss_kib,
+        output_text(output, dropped),
+        dropped,
+        budget,
+        containment(),
+    )
+    if not size:  # an OK float, with output or leftovers
+        return answered(Answer(_OK, fields.number), fields.leaked, common)
+    answer = item_answer(buffer[output_end : output_end + size], objects=objects)
+    return answered(answer, fields.leaked, common)
+
+
+def decode_aside(
+    index: int,
+    fields: ResultFields,
+    data: bytes,
+    drained: tuple[bytes, int] | None,
+    budget: float,
+    hand_in: Callable[[Decoded], None],
+) -> None:
+    """Decode a large answer of plain data on a thread of its own; ``hand_in`` its outcome.
+
+    Plain data is checked opcode by opcode before it is built (_decode._check_keys), at about
+    half a second a megabyte: on the loop's thread, a 15 MB list put the other items'
+    deadlines 6 s off. Beside it, the loop has the GIL back every switch interval.
+    """
+
+    def decode_it() -> None:
+        try:
+            outcome = answer_outcome(fields, data, 0, drained, budget, False)
+        except BaseException as exc:  # noqa: BLE001 - never a silent loss of the item
+            error = f"{said(exc)} in decoding the answer"
+            outcome = Outcome(Status.ERROR, error=error, budget=budget)
+        hand_in(Decoded(index, outcome))
+
+    threading.Thread(target=decode_it, name="rewardhang-decode", daemon=True).start()
+
+
+def death_outcome(
+    worker: Worker,
+    current: tuple[int, float],
+    now: float,
+    status: int,
+    cpu: float,
+    rss: float,
+    leaked: int,
+    drained: tuple[bytes, int] | None,
+    budget: float,
+) -> Outcome:
+    """The outcome of ``current``, the item ``worker`` ran when it died with ``status``."""
+    index, start = current
+    killed = worker.kill_for == index
+    wall = (worker.kill_time if killed else now) - start
+    ended, signum, exit_code = died(status, killed=killed, dumped=worker.dumped == index)
+    if worker.lost is not None:
+        ended = Status.CRASHED
+    stack = None
+    if ended is Status.TIMEOUT:
+        stack = stack_text(read_bounded(worker.fds["stack_r"], STACK_LIMIT)[0])
+    output, dropped = after(drained, *read_bounded(worker.fds["output_r"], OUTPUT_LIMIT))
+    common = common_fields(
+        wall,
+        cpu - worker.cpu_base,
+        rss,
+        output_text(output, dropped),
+        dropped,
+        budget,
+        containment(),
+    )
+    return Outcome(
+        ended,
+        error=worker.lost,
+        stack=stack,
+        signal=signum,
+        exit_code=exit_code,
+        leaked=leaked,
+        **common,
+    )
+
+
+class Answers:
+    """What the workers say, read and accounted for: answers, output as it comes, deaths.
+
+    Only the driving thread's. Each answer finishes its item in the ledger (or is decoded
+    aside, and handed back through the inbox); each death ends the item running, sends the
+    rest back for a retry, and has the worker replaced.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        budget: float,
+        objects: bool,
+        ledger: Ledger,
+        schedule: Schedule,
+        processes: Processes,
+        watched: Watched,
+        hand_in: Callable[[Decoded], None],
+    ) -> None:
+        self.size = size
+        self.budget = budget
+        #: Unpickle results that are not plain data: see _decode.decode.
+        self.objects = objects
+        self.ledger = ledger
+        self.schedule = schedule
+        self.processes = processes
+        self.watched = watched
+        #: Weak: the driver's method, held strongly, would be a reference cycle and keep a
+        #: closed pool (and its scorer) alive until the cyclic GC ran.
+        self.hand_in = weakref.WeakMethod(hand_in)
+        #: Workers that died in a row before they took an item.
+        self.fruitless_deaths = 0
+
+    def _hand_in(self, decoded: Decoded) -> None:
+        """From a decoding thread: hand the outcome to the loop, if the pool is still there."""
+        hand_in = self.hand_in()
+        if hand_in is not None:
+            hand_in(decoded)
+
+    def read(self, worker: Worker) -> None:
+        """Read ``worker``'s answers, and finish their items."""
+        worker.receive()
+        frames, consumed = result_frames(worker.inbuf)
+        for fields, at in frames:
+            if worker.lost is not None:
+                break  # what it sent made no sense: nothing more from it is believed
+            self._answered(worker, fields, worker.inbuf, at)
+        if consumed:
+            del worker.inbuf[:consumed]
+
+    def drain(self, worker: Worker, current: tuple[int, float] | None) -> None:
+        """Read what ``worker``'s long item wrote to its output so far: see _engine._DRAIN_AFTER_S.
+
+        Its answers first: what is in the pipe after the item's answer is the next item's,
+        for the worker to read. (Only a caller held up between the two reads, while the worker
+        answers and starts the next item, takes the first output of that item for this one's.)
+        """
+        self.read(worker)
+        if current is None or worker.current() != current or worker.phase is DEAD:
+            return  # it answered, with what was read of its output here
+        fd = worker.fds["output_r"]
+        if worker.drained is None:
+            worker.drained = (b"", 0)
+            self.watched.register(fd, "output", worker, select.POLLIN)
+        try:
+            chunk = os.read(fd, CHUNK)  # one read a wake: a flood never holds up the loop
+        except BlockingIOError:
+            return
+        if not chunk:  # no writer left: it is dying, and poll() would report that forever
+            self.watched.unregister(fd)
+            return
+        worker.drained = after(worker.drained, chunk, 0)
+
+    def _answered(self, worker: Worker, fields: ResultFields, buffer: bytearray, at: int) -> None:
+        index = fields.item_index
+        sent = worker.sent
+        if not sent or sent[0][0] != index or sent[0][1] is None:
+            # Not the item it is running: something in the call wrote on the result pipe.
+            # The worker goes; the item it was running is its own, a crash, never the batch.
+            worker.lost = (
+                "the worker's result pipe carried something other than this item's answer "
+                "(the call wrote on the worker's pipe), so the worker was killed"
+            )
+            current = worker.current()
+            if current is not None and not worker.killed:
+                self.processes.kill(worker, current[0], time.monotonic())
+            return
+        sent.popleft()
+        drained = worker.take_drained(self.watched)
+        if worker.retries:
+            worker.retries.discard(index)
+        if fields.leaving:  # it retires now: nothing it holds will start
+            self.ledger.retry.extend(worker.take_back(self.watched, keep=0))
+        elif index == worker.fenced:
+            # It may have read the fence after this answer, and retired without a word.
+            worker.after_fence = sent[0][0] if sent else NEXT
+        self.processes.replaced = 0
+        # The worker's clock, but the call may have forged the frame: a time to come (or NaN)
+        # would put the next item's deadline out of reach.
+        now = time.monotonic()
+        end = fields.end
+        worker.last_end = end if end <= now else now
+        worker.cpu_base = fields.cpu_total
+        if worker.dumped == index:  # the dump came just before it finished: drop it
+            read_bounded(worker.fds["stack_r"], STACK_LIMIT)
+            worker.dumped = None
+        self.fruitless_deaths = 0
+        wall = fields.wall
+        self.schedule.timed(wall)
+        size = fields.size
+        if not (size or fields.output_size or fields.dropped or fields.leaked or drained):
+            # The common case, an OK float carried in the frame itself: a fast scorer's
+            # whole answer comes to this one call (see ok_outcome).
+            rss_mb = fields.rss_kib / 1024
+            outcome = ok_outcome(
+                fields.number, wall, fields.cpu, rss_mb, self.budget, _FORK, containment()
+            )
+        elif size > _ASIDE_OVER and not self.objects:
+            data = bytes(buffer[at : at + fields.output_size + size])
+            decode_aside(index, fields, data, drained, self.budget, self._hand_in)
+            return
+        else:
+            outcome = answer_outcome(fields, buffer, at, drained, self.budget, self.objects)
+        self.ledger.finish(index, outcome)
+
+    def died(self, worker: Worker, status: int, cpu: float, rss: float, leaked: int) -> None:
+        """Account for a dead worker's items: the running one ends, the rest go back."""
+        self.read(worker)
+        now = time.monotonic()
+        current = worker.current()
+        back = [entry[0] for entry in worker.sent]
+        # It left between items on its own: fenced (the item after the fenced one never
+        # started), or its state could not be put back (its answer said so, and what it held
+        # went back then). Any other item that exits with that code, exited itself.
+        retired = status >= 0 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == RETIRED
+        if current is not None and self.ledger.remaining:
+            index = current[0]
+            back.pop(0)
+            if not worker.never_started(index, retired):
+                drained = worker.take_drained(self.watched)
+                outcome = death_outcome(
+                    worker, current, now, status, cpu, rss, leaked, drained, self.budget
+                )
+                self.ledger.finish(index, outcome)
+            else:
+                # Killed for an item that answered at the deadline, or retired after one: the
+                # fence kept this one from starting. It goes out again.
+                back.insert(0, index)
+        elif not worker.killed and not retired:
+            self.fruitless_deaths += 1
+        self.ledger.retry.extendleft(reversed(back))
+        killed = worker.killed  # read before forget() makes it DEAD
+        self.processes.forget(worker)
+        if self.processes.stopped:
+            return
+        if self.fruitless_deaths > 4 * self.size:
+            raise PoolError("workers keep dying before they take an item")
+        if not killed or self.processes.zygote is None:  # else requested at the kill
+            self.processes.to_spawn += 1
+
+
+def after(drained: tuple[bytes, int] | None, output: bytes, dropped: int) -> tuple[bytes, int]:
+    """An item's ``output`` and ``dropped`` bytes, after what the caller read of it first."""
+    if drained is None:
+        return output, dropped
+    early, early_dropped = drained
+    room = OUTPUT_LIMIT - len(early)
+    return early + output[:room], early_dropped + dropped + max(len(output) - room, 0)

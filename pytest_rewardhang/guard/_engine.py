@@ -1,0 +1,309 @@
+"""The pool's loop: handing out work, per-item deadlines, stack dumps, kills, steals.
+
+One loop waits in ``poll()`` on the workers' result pipes (and the zygote's socket, and the
+driver's eventfd) with the earliest deadline as its timeout; whichever thread holds the turn
+runs it (see :mod:`._driver`). It installs no signal handler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ._answers import Answers
+from ._driver import CLOSED, Driver
+from ._handle import DEAD, STARTING, Worker
+from ._interrupts import hold, let_in, release
+from ._launch import START_TIMEOUT_S, PoolError, Zygote
+from ._ledger import Batch
+from ._processes import Processes
+from ._schedule import Schedule
+from ._wire import DUMP_SIGNAL, Warmup, dump_lead, task_header
+
+_FOREVER_S = 1e9
+#: poll()'s longest timeout, in ms (a C int); any budget works.
+_MAX_POLL_MS = 1 << 30
+#: An item's output waits in its 1 MiB pipe for the worker, which reads it when the item ends;
+#: once an item has run this long, the caller reads it too, as it comes. Else C code or a
+#: subprocess writing more than the pipe holds to fd 1 (which must stay blocking for them)
+#: waited in write() until the deadline, and was reported a hang.
+_DRAIN_AFTER_S = 0.05
+
+#: Every engine alive in this process, for the descriptors a closure's zygote must not keep.
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+_ENGINES_LOCK = threading.Lock()
+
+
+class Engine(Driver):
+    """Everything the pool owns. Holds no reference to the :class:`Pool`, so GC can close it."""
+
+    def __init__(
+        self,
+        workers: int,
+        budget: float,
+        memory_mb: float | None,
+        max_pending: int,
+        warmup: Warmup = None,
+        objects: bool = False,
+    ) -> None:
+        super().__init__(budget, max_pending)
+        self.budget = budget
+        #: When, before an item's deadline, its stack is dumped: fixed per pool, read per poll.
+        self.dump_lead = dump_lead(budget)
+        self.size = workers
+        self.processes = Processes(workers, memory_mb, warmup, self.watched, _inherited)
+        #: The workers by id: the processes' own dict, never replaced.
+        self.workers = self.processes.workers
+        #: Who gets which items, and whose are taken back: see _schedule.
+        self.schedule = Schedule(workers)
+        self.answers = answers = Answers(
+            workers,
+            budget,
+            objects,
+            self.ledger,
+            self.schedule,
+            self.processes,
+            self.watched,
+            self.hand_in,
+        )
+        #: Accounts for a worker's death, reported or presumed: see Processes.check.
+        self._died = answers.died
+        with _ENGINES_LOCK:
+            _ENGINES.add(self)
+
+    @property
+    def zygote(self) -> Zygote | None:
+        """The zygote the workers are forked from, while there is one."""
+        return self.processes.zygote
+
+    def start(self, fn: Callable[..., Any] | str) -> None:
+        self.processes.start(fn)
+        self._wait_ready()
+
+    def _descriptors(self) -> list[int]:
+        """The caller-side descriptors this pool holds now (read from other threads too)."""
+        found = [self.wake, *self.processes.descriptors()]
+        return [fd for fd in found if fd >= 0]
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while any(w.phase is STARTING for w in self.workers.values()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PoolError(f"workers did not start within {START_TIMEOUT_S:g} s")
+            with let_in():
+                events = self.watched.poller.poll(min(math.ceil(left * 1000), _MAX_POLL_MS))
+            self._handle(events)
+            self.processes.check(time.monotonic(), self._died)
+            self.processes.respawn()
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def _drive(self, batch: Batch | None) -> None:
+        """The one loop: until ``batch`` is done, or (the driver thread's) until closed.
+
+        An interrupt lands only while it waits, when everything it made is recorded: see
+        ._interrupts.
+        """
+        held = hold()
+        try:
+            self._turns(batch)
+        finally:
+            release(held)
+
+    def _turns(self, batch: Batch | None) -> None:
+        while True:
+            if self.inbox:
+                self.take_inbox()
+            if self.closing:
+                self._shutdown(self.failure or CLOSED)
+                return
+            if batch is not None and not batch.left:
+                return
+            self.processes.respawn()
+            gather = self._dispatch()
+            if batch is not None and not batch.left:
+                return  # the last items could not be pickled: nothing left to wait for
+            if gather > 0:
+                # Every worker has work queued past the current item: let results gather
+                # instead of waking for each one. Bounded by the next deadline, so no
+                # deadline is passed late.
+                timeout = self._poll_timeout()
+                with let_in():
+                    time.sleep(min(gather, _FOREVER_S if timeout is None else timeout / 1000))
+            timeout = self._poll_timeout()
+            if (
+                timeout is None
+                and (self.ledger.queue or self.ledger.retry)
+                and not any(w.sent for w in self.workers.values())
+            ):
+                timeout = 0  # what was handed out could not be pickled: hand out more
+            # Others wake the loop only while it waits in poll(): a syscall saved per item
+            # while it is busy. Set before the last look at the inbox, so none is missed.
+            self.idle = True
+            if self.inbox or self.closing:
+                timeout = 0
+            with let_in():
+                events = self.watched.poller.poll(timeout)
+            self.idle = False
+            self._handle(events)
+            self._check_deadlines()
+
+    def _dispatch(self) -> float:
+        """Hand out batches; how long results may gather before any worker runs dry."""
+        ledger = self.ledger
+        if not ledger.queue and not ledger.retry:
+            return 0.0
+        schedule = self.schedule
+        serving = schedule.serving(self.workers.values())
+        if not serving:
+            return 0.0
+        for worker in schedule.retries(serving, len(ledger.retry)):
+            index = ledger.retry.popleft()
+            worker.retries.add(index)
+            self._send(worker, [index])
+        if not ledger.queue:
+            return 0.0
+        per_batch, assignments = schedule.batches(serving, len(ledger.queue))
+        for worker, take in assignments:
+            self._send(worker, [ledger.queue.popleft() for _ in range(take)])
+        return schedule.gather(serving, per_batch)
+
+    def _send(self, worker: Worker, batch: list[int]) -> None:
+        pickled = self.ledger.pickled(batch)
+        if pickled is not None:
+            batch, blob = pickled
+            worker.send(self.watched, batch, task_header(batch, len(blob)), blob)
+
+    def _poll_timeout(self) -> int | None:
+        earliest = math.inf
+        schedule = self.schedule
+        steal = self._idle()
+        for worker in self.workers.values():
+            due = self.processes.due(worker)
+            if due is not None:
+                earliest = min(earliest, due)
+                continue
+            current = worker.current()
+            if current is None:
+                continue
+            index, start = current
+            due = start + self.budget
+            if worker.dumped != index:
+                due -= self.dump_lead
+            if steal and schedule.holds_back(worker):
+                due = min(due, start + schedule.steal_after)
+            if worker.drained is None:
+                due = min(due, start + _DRAIN_AFTER_S)
+            earliest = min(earliest, due)
+        if earliest == math.inf:
+            return None
+        return min(_MAX_POLL_MS, max(0, math.ceil((earliest - time.monotonic()) * 1000)))
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        if self.processes.check(now, self._died):
+            return
+        for worker in list(self.workers.values()):
+            current = worker.current()
+            if current is None or worker.killed:
+                continue
+            index, start = current
+            if worker.drained is None and now >= start + _DRAIN_AFTER_S:
+                self.answers.drain(worker, current)
+                if worker.current() != current or worker.phase is DEAD or worker.killed:
+                    continue
+            if now < start + self.budget - self.dump_lead:
+                continue
+            if now >= start + self.budget:
+                # Before looking for its answer: see FENCE. From here the worker either
+                # answered already (and we see it) or starts nothing after this item.
+                worker.fence(index)
+            self.answers.read(worker)  # it may have answered since the poll returned
+            if worker.current() != current or worker.phase is DEAD:
+                continue
+            if worker.dumped != index:
+                worker.dumped = index
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(worker.pidfd, DUMP_SIGNAL)
+            if now >= start + self.budget:
+                self.processes.kill(worker, index, now)
+                # Fenced: what waits behind it never starts. It goes to the replacement now,
+                # not when the zygote reports this one's end, after the kernel tore it down.
+                self._take_back(worker, keep=1)
+        if self._idle():
+            self._steal(now)
+
+    def _idle(self) -> bool:
+        """Whether a worker has run dry with nothing left to hand it but what others hold."""
+        ledger = self.ledger
+        return self.schedule.idle(self.workers.values(), len(ledger.queue), len(ledger.retry))
+
+    def _steal(self, now: float) -> None:
+        """Take back the items queued behind a long item, for a worker that has run dry."""
+        for worker in self.schedule.steal_from(list(self.workers.values()), now):
+            current = worker.current()
+            assert current is not None
+            index = current[0]
+            # As at a deadline (see FENCE): fenced before we look for the answer, the worker
+            # either answered already or starts nothing after this item.
+            worker.fence(index)
+            self.answers.read(worker)
+            if worker.current() != current or worker.phase is DEAD:
+                continue  # it answered: what it does next, it may have started
+            self._take_back(worker, keep=1)
+            return
+
+    def _take_back(self, worker: Worker, keep: int) -> None:
+        """Give ``worker`` no more work; what it holds past its first ``keep`` items goes back."""
+        self.ledger.retry.extend(worker.take_back(self.watched, keep))
+
+    # --- events ------------------------------------------------------------------------------
+
+    def _handle(self, events: list[tuple[int, int]]) -> None:
+        # As registered when poll() returned: handling one event may close a descriptor and
+        # reuse its number (a zygote message reaps a worker, the next one brings a new worker's
+        # pidfd), and a later event of the same poll() is the old descriptor's, not the new one's.
+        registered = [(fd, self.watched.by_fd.get(fd)) for fd, _ in events]
+        for fd, entry in registered:
+            if entry is None or self.watched.by_fd.get(fd) is not entry:
+                continue
+            kind, worker = entry
+            if kind == "result":
+                assert worker is not None
+                self.answers.read(worker)
+            elif kind == "output":
+                assert worker is not None
+                self.answers.drain(worker, worker.current())
+            elif kind == "task":
+                assert worker is not None
+                worker.write(self.watched)
+            elif kind == "worker":
+                assert worker is not None
+                self.watched.unregister(fd)
+                worker.gone_at = time.monotonic()
+            elif kind == "zygote" and self.zygote is not None:
+                self.processes.messages(self._died)
+            elif kind == "wake":
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(fd)
+
+    def _stop(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.processes.stop()
+
+
+def _inherited() -> list[int]:
+    """Every pool's caller-side descriptors, which a zygote forked from the caller closes."""
+    with _ENGINES_LOCK:
+        engines = list(_ENGINES)
+    return [fd for engine in engines for fd in engine._descriptors()]

@@ -1,0 +1,299 @@
+"""The pool's ledger: every item taken and not answered yet, and where its outcome goes.
+
+Items come from ``map()`` calls (a :class:`Batch`, outcomes in order) and from ``submit()`` (a
+:class:`~concurrent.futures.Future` each). The ledger numbers them, queues them, takes back
+the ones a worker will never start (``retry``), drops the cancelled ones and hands each outcome
+to whoever gave the item, once. :class:`Slots` bounds how many submitted items are pending.
+Only the thread driving the loop touches a :class:`Ledger`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future, InvalidStateError
+from typing import TYPE_CHECKING, Any
+
+from ._outcome import UNPICKLABLE_ITEM, NotStarted, Outcome, Status
+
+if TYPE_CHECKING:
+    import asyncio
+
+#: A call as the worker takes it: positional arguments, keyword arguments, or both in a list.
+Item = tuple[Any, ...] | dict[str, Any] | list[Any]
+
+
+class Batch:
+    """One ``map()`` call's items and where their outcomes go, in order."""
+
+    __slots__ = ("base", "items", "left", "results")
+
+    def __init__(self, items: list[Item]) -> None:
+        self.items = items
+        #: Index of its first item; the ledger gives it a range when it takes the batch.
+        self.base = -1
+        self.results: list[Outcome | None] = [None] * len(items)
+        #: Items without an outcome yet; read by waiting threads under the driver's lock.
+        self.left = len(items)
+
+
+class Cancel:
+    """A waiting ``map()`` was interrupted: its items that have not started never will."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+
+
+class Decoded:
+    """An item's outcome decoded off the loop's thread (see _answers.decode_aside)."""
+
+    __slots__ = ("index", "outcome")
+
+    def __init__(self, index: int, outcome: Outcome) -> None:
+        self.index = index
+        self.outcome = outcome
+
+
+#: What other threads hand the loop: a batch, a cancelled batch, a decoded answer, a submit.
+Entry = Batch | Cancel | Decoded | tuple[Item, Future[Outcome]]
+
+
+class Ledger:
+    """Every item taken and not answered yet, whoever gave it: map() calls and submit()."""
+
+    __slots__ = (
+        "budget",
+        "futures",
+        "items",
+        "next_index",
+        "queue",
+        "remaining",
+        "retry",
+        "sinks",
+        "slots",
+        "turn",
+    )
+
+    def __init__(self, budget: float, slots: Slots, turn: threading.Condition) -> None:
+        self.budget = budget
+        #: Freed as each submitted item ends.
+        self.slots = slots
+        #: Notified as a batch gets its last outcome, so that its waiting map() sees it.
+        self.turn = turn
+        self.next_index = 0
+        self.items: dict[int, Item] = {}
+        #: Where each item's outcome goes: its map() call's batch, or its submit()'s future.
+        self.sinks: dict[int, Batch | Future[Outcome]] = {}
+        #: How many of the sinks are futures: only then must a batch be checked for cancelled.
+        self.futures = 0
+        self.queue: deque[int] = deque()
+        #: Items a worker had queued and will never start: it died, retires, or was fenced for a
+        #: steal. They go out one at a time, one per worker, so two hangs that waited behind a
+        #: third never end up behind each other.
+        self.retry: deque[int] = deque()
+        self.remaining = 0
+
+    def take(self, entry: Entry) -> None:
+        """Take one entry of the inbox."""
+        if type(entry) is Batch:
+            n = len(entry.items)
+            base = entry.base = self.next_index
+            self.next_index += n
+            indexes = range(base, base + n)
+            self.items.update(zip(indexes, entry.items, strict=True))
+            self.sinks.update(dict.fromkeys(indexes, entry))
+            self.queue.extend(indexes)
+            self.remaining += n
+        elif type(entry) is Cancel:
+            self.cancel(entry.batch)
+        elif type(entry) is Decoded:
+            self.finish(entry.index, entry.outcome)
+        else:
+            item, future = entry  # type: ignore[misc]
+            index = self.next_index
+            self.next_index += 1
+            self.items[index] = item
+            self.sinks[index] = future
+            self.futures += 1
+            self.queue.append(index)
+            self.remaining += 1
+
+    def cancel(self, batch: Batch) -> None:
+        """Drop a batch's items that no worker has started (or been handed)."""
+        if batch.base < 0:
+            return
+        mine = range(batch.base, batch.base + len(batch.items))
+        for waiting in (self.queue, self.retry):
+            dropped = [i for i in waiting if i in mine]
+            if dropped:
+                kept = [i for i in waiting if i not in mine]
+                waiting.clear()
+                waiting.extend(kept)
+            for index in dropped:
+                self.finish(index, Outcome(Status.ERROR, error="cancelled", budget=self.budget))
+
+    def finish(self, index: int, outcome: Outcome) -> None:
+        """Hand an item's outcome to whoever gave the item; only its first outcome counts."""
+        sink = self.sinks.pop(index, None)
+        if sink is None:
+            return
+        del self.items[index]
+        self.remaining -= 1
+        if type(sink) is Batch:
+            sink.results[index - sink.base] = outcome
+            sink.left -= 1
+            if not sink.left:
+                with self.turn:  # under the lock, so a waiting map() cannot miss it
+                    self.turn.notify_all()
+            return
+        self.futures -= 1
+        # The future's callbacks run here (asyncio's hand the outcome to its loop).
+        with contextlib.suppress(InvalidStateError):  # cancelled before it started
+            sink.set_result(outcome)  # type: ignore[union-attr]
+        self.slots.release()
+
+    def end_all(self, why: str) -> None:
+        """End every item not answered yet with an ERROR saying ``why``."""
+        self.queue.clear()
+        self.retry.clear()
+        ended = Outcome(Status.ERROR, error=why, budget=self.budget)
+        for index in list(self.sinks):
+            self.finish(index, ended)
+
+    def starts(self, index: int) -> bool:
+        """Whether a submitted item may start: False (and accounted for) if it was cancelled."""
+        sink = self.sinks[index]
+        if type(sink) is Batch or sink.running():  # type: ignore[union-attr]
+            return True
+        if sink.set_running_or_notify_cancel():  # type: ignore[union-attr]
+            return True
+        del self.sinks[index], self.items[index]
+        self.remaining -= 1
+        self.futures -= 1
+        self.slots.release()
+        return False
+
+    def pickled(self, batch: list[int]) -> tuple[list[int], bytes] | None:
+        """The items of ``batch`` that may start and pickle, and their pickle; None if none.
+
+        Each item left out is accounted for: a cancelled future, or an ERROR outcome.
+        """
+        if self.futures:
+            batch = [i for i in batch if self.starts(i)]
+            if not batch:
+                return None
+        try:
+            blob = pickle.dumps([self.items[i] for i in batch], protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - find the item that will not pickle; send the rest
+            batch = [i for i in batch if self._picklable(i)]
+            if not batch:
+                return None
+            blob = pickle.dumps([self.items[i] for i in batch], protocol=pickle.HIGHEST_PROTOCOL)
+        return batch, blob
+
+    def _picklable(self, index: int) -> bool:
+        try:
+            pickle.dumps(self.items[index], protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - that item's outcome, not the batch's
+            text = f"{type(exc).__name__}: {UNPICKLABLE_ITEM}: {exc}"
+            unsent = Outcome(
+                Status.ERROR, error=text, budget=self.budget, not_started=NotStarted.UNPICKLABLE
+            )
+            self.finish(index, unsent)
+            return False
+        return True
+
+
+class Slots:
+    """The bound on submitted items not answered yet, for threads and event loops alike.
+
+    A thread waits on a condition; a coroutine on an asyncio future that a freed slot resolves
+    through its loop's ``call_soon_threadsafe``, so no event loop is ever blocked. Every waiting
+    coroutine is woken and tries again (no slot is handed to one that was cancelled meanwhile).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.free = size
+        self.closed = False
+        self.cond = threading.Condition(threading.Lock())
+        self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def acquire(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            while not self.free and not self.closed:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(
+                        f"Pool.submit: {self.size} items were still pending after waiting "
+                        f"{timeout:g} s for room (max_pending={self.size}, submit_timeout)"
+                    )
+                self.cond.wait(left)
+            if self.closed:
+                raise ValueError("submit() on a closed Pool")
+            self.free -= 1
+
+    async def aacquire(self) -> None:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        while True:
+            with self.cond:
+                if self.closed:
+                    raise ValueError("asubmit() on a closed Pool")
+                if self.free:
+                    self.free -= 1
+                    return
+                waiter = loop.create_future()
+                self.waiters.append((loop, waiter))
+            try:
+                await waiter
+            finally:
+                with self.cond, contextlib.suppress(ValueError):
+                    self.waiters.remove((loop, waiter))
+
+    def release(self, count: int = 1) -> None:
+        with self.cond:
+            self.free += count
+            self.cond.notify(count)
+            waiters, self.waiters = self.waiters, []
+        _wake_all(waiters)
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+            waiters, self.waiters = self.waiters, []
+        _wake_all(waiters)
+
+
+def _wake_all(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
+    for loop, waiter in waiters:
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there
+            loop.call_soon_threadsafe(_set_none, waiter)
+
+
+def _set_none(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def arguments(item: object) -> tuple[Any, ...] | dict[str, Any]:
+    """An item as the worker takes it: a tuple of positional or a dict of keyword arguments."""
+    if type(item) is tuple or type(item) is dict:  # the usual case, without an ABC check
+        return item
+    if isinstance(item, Mapping):
+        return dict(item)
+    if isinstance(item, tuple | list):
+        return tuple(item)
+    raise TypeError(
+        "each item is a tuple of positional arguments or a dict of keyword arguments, "
+        f"not {type(item).__name__}"
+    )

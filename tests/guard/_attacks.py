@@ -1,0 +1,247 @@
+"""What the pool attack tests' items do: module level, so a zygote imports them by name, and
+the standard library only, so that its fresh interpreter imports no pytest to serve them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import resource
+import signal
+import stat
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from pytest_rewardhang.guard._wire import MAGIC, RESULT, result_frame
+from tests._procs import join_a_lingering_thread, orphan_grandchildren, pipes
+
+#: The test process's own pipes (pytest's terminal may be one), spared by "scribble" when the
+#: pool's zygote was forked from this process.
+CALLER_PIPES = frozenset(pipes().values())
+
+
+def attack(kind: str, arg: str = "", burn_s: float = 0.0) -> Any:
+    if kind == "stop-parent-and-hang":
+        os.kill(os.getppid(), signal.SIGSTOP)
+        while True:
+            pass
+    if kind == "stop-parent-and-exit":
+        os.kill(os.getppid(), signal.SIGSTOP)
+        os._exit(3)
+    if kind == "kill-parent":
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(3600)
+    if kind == "thread-kills-worker":
+
+        def strike() -> None:
+            time.sleep(0.05)
+            os._exit(9)
+
+        threading.Thread(target=strike, daemon=True).start()
+        return "left a thread"
+    if kind == "nofile":
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (3, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
+        return "lowered"
+    if kind == "cpu":
+        resource.setrlimit(resource.RLIMIT_CPU, (1, resource.RLIM_INFINITY))
+        return "lowered"
+    if kind == "chdir-deleted":
+        path = tempfile.mkdtemp(dir=arg)
+        os.chdir(path)
+        os.rmdir(path)
+        return "moved"
+    if kind == "umask-env-alarm":
+        os.umask(0o777)
+        os.environ["REWARDHANG_POISON"] = "1"
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(1)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        return "set"
+    if kind == "itimers":  # a quick item: no audited event, no full check after it
+        signal.setitimer(signal.ITIMER_PROF, 0.3)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0.3)
+        return "set"
+    if kind == "putenv":  # the C environment itself: os.environ does not see it
+        os.putenv("REWARDHANG_POISON", "1")
+        os.unsetenv("PATH")
+        return "set"
+    if kind == "nice-affinity":  # found by the full check: a quick item's wait for the 64th
+        os.nice(3)
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        time.sleep(0.002)
+        return "set"
+    if kind == "reduce-changes-state":  # code of the call's that runs as its value is pickled
+        return ChangesStateWhenPickled()
+    if kind == "forge-answer":  # a well-formed answer of its own, ending in a time to come
+        serve, index = serving()
+        fields = (0, index, 0, 0.001, 0.0, 0.0, 1e12, 0, False)
+        os.write(serve.result_w, result_frame(("ok", 1.0, None, None), None, b"", *fields))
+        time.sleep(3600)
+    if kind == "flip-pipes":  # O_NONBLOCK is the open file's: shared with whoever holds it
+        flipped = 0
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                if stat.S_ISFIFO(os.fstat(int(name)).st_mode) and not os.get_blocking(int(name)):
+                    os.set_blocking(int(name), True)
+                    flipped += 1
+            except OSError:
+                continue
+        return flipped
+    if kind == "print":
+        print("printed")
+        return None
+    if kind == "big-plain":  # 15 MB of plain data to check before it is built
+        return list(range(3_000_000))
+    if kind == "forge-output":  # a header for itself that claims 1 MiB of output follows
+        serve, index = serving()
+        header = (MAGIC, 0, 1 << 20, 0, index, 0, 0.0, 0.0, 0.0, 0.0, 0, False, 0.0)
+        os.write(serve.result_w, RESULT.pack(*header))
+        return "forged"
+    if kind == "signal-self":
+        signal.signal(signal.SIGUSR1, lambda *_: None)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        return "signalled"
+    if kind == "read-stdin":
+        return os.read(0, 100)
+    if kind == "leak-fds":  # every descriptor the limit allows, left open
+        fd = os.open(os.devnull, os.O_RDONLY)
+        try:
+            while True:
+                os.dup(fd)
+        except OSError as exc:
+            if exc.errno != errno.EMFILE:
+                raise
+        return "leaked"
+    if kind == "fork-and-return":
+        if os.fork():  # the child returns from the call too, without _exit, and first
+            time.sleep(0.2)
+        return "forked"
+    if kind == "pipes":  # what this worker holds, while its neighbour runs beside it
+        time.sleep(0.2)
+        return os.getpid(), sorted(set(pipes(CALLER_PIPES).values()))
+    if kind == "sleep":
+        time.sleep(3600)
+    if kind == "scribble":  # garbage on every pipe the worker holds
+        for fd in pipes(CALLER_PIPES):
+            try:  # noqa: SIM105 - a read end refuses
+                os.write(fd, b"\xff" * 64)
+            except OSError:
+                pass
+        return "scribbled"
+    if kind == "innocent":
+        with open(os.path.join(arg, "probe"), "w") as f:
+            f.write("x")
+        os.remove(os.path.join(arg, "probe"))
+        burn = time.process_time() + burn_s  # past an RLIMIT_CPU another item may have left
+        while time.process_time() < burn:
+            pass
+        return (
+            os.getcwd(),
+            os.umask(0o022),
+            os.environ.get("REWARDHANG_POISON"),
+            signal.pthread_sigmask(signal.SIG_BLOCK, ()) == set(),
+            LIBC.getenv(b"REWARDHANG_POISON"),
+            LIBC.getenv(b"PATH") is not None,
+            os.getpriority(os.PRIO_PROCESS, 0),
+            sorted(os.sched_getaffinity(0)),
+        )
+    raise ValueError(kind)
+
+
+def serving() -> tuple[Any, int]:
+    """The worker's loop this call runs in, and the item's index, found up the stack."""
+    frame = sys._getframe()
+    while frame.f_code.co_name != "_one":
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame.f_locals["self"], frame.f_locals["index"]
+
+
+LIBC = ctypes.CDLL(None)
+LIBC.getenv.restype = ctypes.c_char_p
+
+
+class ChangesStateWhenPickled:
+    def __reduce__(self) -> tuple[Any, ...]:
+        os.umask(0o777)
+        os.putenv("REWARDHANG_POISON", "1")
+        signal.alarm(1)
+        return (str, ("pickled",))
+
+
+def quick(i: int) -> int:
+    return i * 2
+
+
+def near_deadline(log: str, i: int, seconds: float) -> int:
+    """Log each start (one O_APPEND line), then take about the budget."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, f"{i}\n".encode())
+    os.close(fd)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return i
+
+
+def leaves_a_thread(log: str, i: int) -> int:
+    """Log each start, then return leaving a thread running: its worker retires after it."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, f"{i}\n".encode())
+    os.close(fd)
+    threading.Thread(target=time.sleep, args=(0.05,), daemon=True).start()
+    return i
+
+
+def joins_a_thread(seconds: float) -> int:
+    """Start and join a thread that lingers in the kernel's count, then take ``seconds``: an
+    item past a millisecond gets the worker's full check, kernel thread count and all."""
+    join_a_lingering_thread(0.01)
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def exits_with(log: str, i: int, code: int | None) -> int:
+    """Log each start, then exit with ``code`` without answering (or return, for None)."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, f"{i}\n".encode())
+    os.close(fd)
+    if code is not None:
+        os._exit(code)
+    return i
+
+
+def hang_holding_memory(pidfile: str, mib: int) -> None:
+    """Log this worker's pid and a child's, both holding ``mib`` MiB; hang."""
+    pid = os.fork()
+    held = bytearray(mib << 20)
+    held[::4096] = b"x" * len(held[::4096])
+    if pid:
+        with open(pidfile, "a") as f:
+            f.write(f"{os.getpid()} {pid}\n")
+    while True:
+        pass
+
+
+def orphan_then_crash(pidfile: str) -> None:
+    """Leave a setsid()'d grandchild running, then crash on our own."""
+    orphan_grandchildren(1, pidfile)
+    os._exit(5)
+
+
+class BigCallable:
+    def __init__(self) -> None:
+        self.blob = os.urandom(210 * 1024)
+
+    def __call__(self, x: int) -> int:
+        return x + len(self.blob)
+
+
+class Unpicklable:
+    def __reduce__(self) -> Any:
+        raise TypeError("not today")
