@@ -257,6 +257,28 @@ def test_what_a_call_writes_to_dev_shm_counts_against_memory_mb() -> None:
     assert not os.path.exists("/dev/shm/rewardhang-litter")  # noqa: S108
 
 
+def _leave_in_tmpdir() -> str:  # pragma: no cover - in the call
+    folder = tempfile.gettempdir()
+    os.makedirs(os.path.join(folder, "deep", "er"))
+    with open(os.path.join(folder, "deep", "er", "left"), "w") as f:
+        f.write("left behind")
+    return folder
+
+
+@pytest.mark.parametrize("unprivileged", [False, True])
+def test_without_a_tmpfs_of_its_own_the_tmpdir_is_made_and_removed_by_the_caller(
+    monkeypatch: pytest.MonkeyPatch, unprivileged: bool
+) -> None:
+    monkeypatch.setitem(_confine._permitted, Confinement.PRIVATE_SHM, False)
+    monkeypatch.setattr(_confine, "_warned", {Confinement.PRIVATE_SHM})
+    out = timed(_leave_in_tmpdir, budget=20, unprivileged=unprivileged)
+    assert out.status is Status.OK, out.describe()
+    assert Confinement.PRIVATE_TMP in out.confined
+    assert Confinement.PRIVATE_SHM not in out.confined
+    assert os.path.basename(out.value).startswith("rewardhang-call-")
+    assert not os.path.exists(out.value)
+
+
 def test_the_tmpdir_is_removed_even_when_the_call_is_killed() -> None:
     def fill_then_hang() -> None:
         with open(os.path.join(tempfile.gettempdir(), "big"), "wb") as f:
