@@ -191,21 +191,7 @@ def _make_home() -> str:
         with contextlib.suppress(OSError):
             os.rmdir(path)
         return ""
-    _enable_limits(path)
     return path
-
-
-def _enable_limits(path: str) -> None:
-    """Let the groups below ``path`` have memory and process limits (:mod:`._quota`), where its
-    parent passes the controllers down to it; without them, the limits are sought in v1."""
-    offered = " ".join(lines(os.path.join(path, "cgroup.controllers"))).split()
-    wanted = " ".join(f"+{name}" for name in ("memory", "pids") if name in offered)
-    if wanted:
-        with (
-            contextlib.suppress(OSError),
-            open(os.path.join(path, "cgroup.subtree_control"), "w") as f,
-        ):
-            f.write(wanted)
 
 
 def _can_join(path: str) -> bool:

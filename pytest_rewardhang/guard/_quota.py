@@ -7,7 +7,7 @@ kernel bounds them together: the memory charged to the call's group (its process
 and what they write to tmpfs) and the number of its tasks (processes and threads).
 
 Where: in the call's own cgroup v2 group (:mod:`._cgroup`) where its folder has the memory and
-pids controllers (enabled there when the folder is made); else, on a hybrid hierarchy whose
+pids controllers (enabled there at its first limited call); else, on a hybrid hierarchy whose
 controllers are still mounted as cgroup v1 ones, in a group of the call's own in each v1
 hierarchy (``memory.limit_in_bytes``, ``pids.max``), below this process's own, which the child
 joins beside its v2 group, by a write to a descriptor its parent opened. Nowhere when cgroups
@@ -137,6 +137,8 @@ class Quota:
 
     def _limit(self, controller: str, value: bytes, group: str | None) -> bool:
         limit, counter = _V2[controller]
+        if group is not None:
+            _enable_below(os.path.dirname(group))
         if group is not None and _write(os.path.join(group, limit), value):
             if controller == "memory":
                 # The whole call goes at once: a call whose child is killed is not an answer.
@@ -197,6 +199,22 @@ class Quota:
             if not _rmdir(path, until):
                 _pending.append(path)
         self.groups.clear()
+
+
+#: The v2 folders whose groups have been given the controllers (or could not be).
+_enabled: set[str] = set()
+
+
+def _enable_below(home: str) -> None:
+    """Give the groups in this process's v2 folder the memory and pids controllers, once,
+    where its parent passes them down to it (else the limits are sought in v1)."""
+    if home in _enabled:
+        return
+    _enabled.add(home)
+    offered = " ".join(_cgroup.lines(os.path.join(home, "cgroup.controllers"))).split()
+    wanted = " ".join(f"+{name}" for name in ("memory", "pids") if name in offered)
+    if wanted:
+        _write(os.path.join(home, "cgroup.subtree_control"), wanted.encode())
 
 
 def _resident_bytes() -> int:
