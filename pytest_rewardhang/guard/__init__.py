@@ -11,7 +11,8 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 
 - ``_run``: :func:`run`, :func:`guarded`, the limit checks and the no-fork fallbacks;
 - ``_outcome``: :class:`Outcome`, :class:`Status`, :class:`Mechanism`, :class:`Containment`,
-  :class:`NotStarted`, :class:`CallFailed`, building an outcome, stack-dump frames;
+  :class:`Confinement`, :class:`NotStarted`, :class:`CallFailed`, building an outcome,
+  stack-dump frames;
 - ``_fork``: the caller's side of one forked call (wait, deadline, stack dump, kill);
 - ``_child``: what runs in a guarded process (stdio, stack dump, memory limit, the call);
 - ``_wire``: every frame and message that crosses a pipe or socket, both ends;
@@ -24,6 +25,8 @@ that imports it pays for nothing of pytest's. Its modules (all private):
   ``_backoff``: the pauses of the poll loops;
 - ``_contain``: how guarded processes are contained, chosen once (a cgroup, a PID namespace or
   the subreaper), and each one's cage; ``_pidns``: the PID namespace; ``_cgroup``: the cgroup;
+- ``_quota``: a call's memory and process limits (``memory.max``, ``pids.max``); ``_confine``:
+  its private temporary folder and ``/dev/shm``, network namespace and unprivileged user;
 - ``_spec``: importing a callable from ``pkg.mod:attr`` or ``path/file.py:attr``;
 - ``_pool``: :class:`Pool` (its docstring draws how an item goes through it); behind it
   ``_driver`` (which thread drives, the inbox, close), ``_engine`` (the loop: deadlines,
@@ -34,7 +37,15 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 """
 
 from ._launch import PoolError
-from ._outcome import CallFailed, Containment, Mechanism, NotStarted, Outcome, Status
+from ._outcome import (
+    CallFailed,
+    Confinement,
+    Containment,
+    Mechanism,
+    NotStarted,
+    Outcome,
+    Status,
+)
 from ._pool import Pool
 from ._run import guarded, run
 from ._spec import SpecError, load_callable
@@ -44,6 +55,7 @@ __all__ = [
     "OUTPUT_LIMIT",
     "RESULT_LIMIT",
     "CallFailed",
+    "Confinement",
     "Containment",
     "Mechanism",
     "NotStarted",

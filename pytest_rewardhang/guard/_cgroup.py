@@ -124,7 +124,8 @@ def _forget() -> None:  # a forked child makes a folder (and a keeper) of its ow
 os.register_at_fork(after_in_child=_forget)
 
 
-def _lines(path: str) -> list[str]:
+def lines(path: str) -> list[str]:
+    """The lines of a small file (``/proc``'s, a cgroup's); none if it cannot be read."""
     try:
         with open(path, "rb") as f:
             return f.read().decode("utf-8", "replace").splitlines()
@@ -134,7 +135,7 @@ def _lines(path: str) -> list[str]:
 
 def _mount() -> str | None:
     """Where the cgroup v2 hierarchy is mounted (``/sys/fs/cgroup``, or ``.../unified``)."""
-    for line in _lines("/proc/self/mountinfo"):
+    for line in lines("/proc/self/mountinfo"):
         # "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE ..."
         fields = line.split()
         if "-" not in fields:
@@ -147,7 +148,7 @@ def _mount() -> str | None:
 
 def _own() -> str | None:
     """This process's cgroup v2 path, as ``/proc/self/cgroup`` names it."""
-    for line in _lines("/proc/self/cgroup"):
+    for line in lines("/proc/self/cgroup"):
         if line.startswith("0::"):
             return line[3:]
     return None
@@ -162,8 +163,13 @@ def home() -> str:
     return _home[0]
 
 
+def enabled() -> bool:
+    """Whether cgroups may be used at all (``PYTEST_REWARDHANG_CGROUP=0`` turns them off)."""
+    return os.environ.get(CGROUP_ENV) != "0"
+
+
 def _make_home() -> str:
-    if os.environ.get(CGROUP_ENV) == "0":
+    if not enabled():
         return ""
     mount, own = _mount(), _own()
     if mount is None or own is None or not hasattr(os, "pidfd_open"):
@@ -317,7 +323,7 @@ def kill_strays() -> int:
         except OSError:
             continue
         try:
-            if not any(_below(line, where) for line in _lines(f"/proc/{pid}/cgroup")):
+            if not any(_below(line, where) for line in lines(f"/proc/{pid}/cgroup")):
                 continue
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             killed += 1
@@ -326,6 +332,17 @@ def kill_strays() -> int:
         finally:
             os.close(pidfd)
     return killed
+
+
+def close_in_children(fd: int) -> None:
+    """Have every guarded process forked from now on close ``fd`` once it has joined its group
+    (a descriptor through which a call could move a process into another call's group)."""
+    _open.add(fd)
+
+
+def keep_in_children(fd: int) -> None:
+    """Undo :func:`close_in_children`, before ``fd`` is closed."""
+    _open.discard(fd)
 
 
 def close_inherited() -> None:

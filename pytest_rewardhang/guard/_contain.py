@@ -75,6 +75,9 @@ class Cage:
     def __init__(self, containment: Containment) -> None:
         #: What the call's :class:`Outcome` says contained it.
         self.containment = containment
+        #: The cgroup v2 folder of the cage, where the call's limits go (:mod:`._quota`);
+        #: None where it has none.
+        self.folder: str | None = None
 
     def spawn_actions(self, fd: int) -> list[tuple[int, int, int]]:
         """``posix_spawn`` file actions that give a spawned process the means to
@@ -131,6 +134,7 @@ class _GroupCage(Cage):
     def __init__(self, group: _cgroup.Group) -> None:
         super().__init__(Containment.CGROUP)
         self.group = group
+        self.folder = group.path
 
     def spawn_actions(self, fd: int) -> list[tuple[int, int, int]]:
         return [(os.POSIX_SPAWN_DUP2, self.group.procs, fd)]

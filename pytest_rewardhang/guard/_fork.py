@@ -16,6 +16,7 @@ with the asynchronous signals blocked in the calling thread, and the release run
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import os
@@ -29,11 +30,11 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
-from . import _cgroup, _contain, _libc, _reap
+from . import _cgroup, _confine, _contain, _libc, _quota, _reap
 from ._child import run_child
 from ._decode import died, output_text, run_answer, stack_text
 from ._interrupts import MASKED, sigmask
-from ._outcome import Containment, Outcome, Status, answered, common_fields
+from ._outcome import Confinement, Containment, Outcome, Status, answered, common_fields
 from ._wire import (
     CHUNK,
     DUMP_SIGNAL,
@@ -117,11 +118,12 @@ def run_forked(
     budget: float,
     memory_mb: float | None,
     objects: bool = False,
+    confinement: Confining | None = None,
 ) -> Outcome:
     _libc.prepare()
     missing_features()
     _reap.sweep_unreaped()
-    call = _Call(budget, objects)
+    call = _Call(budget, objects, confinement or Confining(memory_mb))
     try:
         call.start(fn, args, kwargs, memory_mb)
         return call.wait()
@@ -135,12 +137,46 @@ def run_forked(
             call.finish()
 
 
+class Confining:
+    """What a call asked to be confined by (see :class:`Confinement`): its limits, whether it
+    may use the network, whether a root caller's call drops to ``nobody``."""
+
+    def __init__(
+        self,
+        memory_mb: float | None,
+        max_processes: int | None = _quota.MAX_PROCESSES,
+        network: bool = True,
+        unprivileged: bool = False,
+    ) -> None:
+        self.memory_mb = memory_mb
+        self.max_processes = max_processes
+        self.network = network
+        self.unprivileged = unprivileged
+        asked = {Confinement.PRIVATE_TMP, Confinement.PRIVATE_SHM}
+        if memory_mb is not None:
+            asked.add(Confinement.MEMORY_MAX)
+        if max_processes is not None:
+            asked.add(Confinement.PIDS_MAX)
+        if not network:
+            asked.add(Confinement.NO_NETWORK)
+        if unprivileged:
+            asked.add(Confinement.UNPRIVILEGED)
+        #: Everything asked for: what did not apply is warned about once.
+        self.asked = frozenset(asked)
+
+
 class _Call:
     """One forked call, from its pipes to its reaping; each resource recorded as it is made."""
 
-    def __init__(self, budget: float, objects: bool) -> None:
+    def __init__(self, budget: float, objects: bool, confining: Confining) -> None:
         self.budget = budget
         self.objects = objects
+        self.confining = confining
+        #: The call's limits (:mod:`._quota`) and the rest of its confinement (:mod:`._confine`).
+        self.quota = _quota.Quota()
+        self.plan = _confine.Plan(frozenset(), None)
+        #: The OOM killer struck in the call's group: the call is ended at once.
+        self.over_memory = False
         self.mask: list[set[int]] = []  # the caller's signal mask, once blocked
         self.pipes: list[tuple[int, int]] = []  # result, output, stack: (read, write)
         self.forked: list[int] = []  # the child's pid
@@ -181,6 +217,9 @@ class _Call:
             for _ in range(3):
                 _keep(self.pipes, os.pipe2, os.O_CLOEXEC)
             self.cage = _contain.strategy().call()
+            asked = self.confining
+            self.quota = _quota.Quota.make(asked.memory_mb, asked.max_processes, self.cage.folder)
+            self.plan = _confine.Plan.make(asked.memory_mb, asked.network, asked.unprivileged)
             self.start_time = time.perf_counter()
             try:
                 _keep(self.forked, os.fork)
@@ -188,9 +227,11 @@ class _Call:
                 if self.forked[:1] != [0]:
                     self.cage.forked()
             if self.forked[0] == 0:  # pragma: no cover - the child; reports through the pipes
-                if not self.cage.enter():
+                if not (self.cage.enter() and self.quota.join()):
                     os._exit(70)  # reported as a crash: never a call left uncontained
                 _cgroup.close_inherited()
+                if not self.plan.enter():
+                    os._exit(70)  # nor one left unconfined
                 self._unblock()
                 (result_r, result_w), (output_r, output_w), (stack_r, stack_w) = self.pipes
                 os.close(result_r)
@@ -225,7 +266,10 @@ class _Call:
         if self.forked and self.forked[0] > 0 and not self.reaped:
             # Interrupted, or an error in the caller: leave nothing running.
             self.reaped.append(self._kill_and_reap(_reap.REAP_WAIT_S))
-        self.cage.close(time.monotonic() + _reap.REAP_WAIT_S)
+        until = time.monotonic() + _reap.REAP_WAIT_S
+        self.cage.close(until)
+        self.quota.close(until)
+        self.plan.close()
         for i, (read, write) in enumerate(self.pipes):
             _close_once(self.closed, f"r{i}", read)
             _close_once(self.closed, f"w{i}", write)
@@ -248,7 +292,7 @@ class _Call:
         leaked = 0
         deadline = self.start_time + self.budget
         exited = self._wait_until(deadline - dump_lead(self.budget))
-        if not exited and not frame_complete(self.result):
+        if not exited and not self.over_memory and not frame_complete(self.result):
             dumped = self._signal(DUMP_SIGNAL)
             exited = self._wait_until(deadline)
         wall = time.perf_counter() - self.start_time
@@ -272,10 +316,16 @@ class _Call:
             finally:
                 self._unblock()
         leaked, wait_status, usage = self.reaped[0]
+        oom_kills = self.quota.oom_kills()  # read before the cage's group goes
         # What escaped the child's subtree: its orphans.
         leaked += self.cage.close(until)
+        self.quota.close(until)
+        self.plan.close()
         self._drain()
-        return self._outcome(wall, timed_out, dumped, wait_status, usage, leaked)
+        outcome = self._outcome(wall, timed_out, dumped, wait_status, usage, leaked)
+        if oom_kills and outcome.status is not Status.MEMORY:
+            return _out_of_memory(outcome, oom_kills, self.confining.memory_mb)
+        return outcome
 
     def _exited(self) -> bool:
         """Without a pidfd: whether the child has ended (or was reaped by someone else)."""
@@ -286,13 +336,17 @@ class _Call:
         return found is not None
 
     def _wait_until(self, deadline: float) -> bool:
-        """Drain the pipes until the child exits (True) or the deadline passes (False)."""
+        """Drain the pipes until the child exits (True) or the deadline passes (False); or
+        the OOM killer struck in the call's group (False, :attr:`over_memory`)."""
         poller = select.poll()
         for read, _ in self.pipes:
             poller.register(read, select.POLLIN)
         pidfd = self._pidfd()
         if pidfd is not None:
             poller.register(pidfd, select.POLLIN)
+        alarm = self.quota.alarm
+        if alarm is not None:
+            poller.register(alarm, select.POLLIN)
         while True:
             if pidfd is None and self._exited():
                 return True
@@ -305,6 +359,9 @@ class _Call:
             for fd, _ in poller.poll(timeout):
                 if fd == pidfd:
                     return True
+                if fd == alarm:
+                    self.over_memory = True
+                    return False
                 if not self._read(fd, _READS_PER_WAKEUP):
                     poller.unregister(fd)
 
@@ -372,6 +429,8 @@ class _Call:
             _contain.containment(),
         )
         common["containment"] = self.cage.containment  # the subreaper's, where its group failed
+        common["confined"] = confined = self.quota.applied | self.plan.applied
+        _confine.warn_missing(self.confining.asked, confined)
         if not timed_out and frame_complete(self.result):
             answer, child_leaked = run_answer(self.result, objects=self.objects)
             return answered(answer, leaked + child_leaked, common)
@@ -382,3 +441,23 @@ class _Call:
         return Outcome(
             status, stack=stack, signal=signum, exit_code=exit_code, leaked=leaked, **common
         )
+
+
+def _out_of_memory(outcome: Outcome, kills: int, memory_mb: float | None) -> Outcome:
+    """A call some of whose processes the kernel's OOM killer ended at its memory limit: over
+    ``memory_mb``, whatever it answered (the answer of a call whose helpers were killed is not
+    its answer)."""
+    error = (
+        f"MemoryError: the kernel's OOM killer ended {kills} of the call's processes at its "
+        f"memory limit (memory_mb={memory_mb}, for all its processes together)"
+    )
+    return dataclasses.replace(
+        outcome,
+        status=Status.MEMORY,
+        value=None,
+        error=error,
+        exception=None,
+        signal=None,
+        exit_code=None,
+        stack=None,
+    )

@@ -25,6 +25,10 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
+#: The C library, for the calls this module does not wrap (:mod:`._confine`'s).
+libc = _libc
+
+
 def prepare() -> None:
     """Resolve prctl in the caller, so a forked child never pays for (or deadlocks in) dlopen."""
     libc = _libc()
@@ -32,6 +36,7 @@ def prepare() -> None:
         libc.prctl  # noqa: B018 - ctypes caches the symbol on first attribute access
         libc.unshare  # noqa: B018
         libc.setns  # noqa: B018
+        libc.mount  # noqa: B018
     pid_namespaces()  # probed once, here: every guarded process forked from us inherits it
 
 

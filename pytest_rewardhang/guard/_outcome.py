@@ -51,6 +51,36 @@ class Containment(enum.StrEnum):
     NONE = "none"
 
 
+class Confinement(enum.StrEnum):
+    """One limit a forked call ran under (:attr:`Outcome.confined` holds those that applied).
+
+    Each applies where the kernel permits it and the call asked for it; where one asked for
+    cannot, the guard warns once saying what is missing.
+    """
+
+    #: At most ``max_processes`` tasks (processes and threads) in the call's cgroup, all of its
+    #: descendants together: a fork bomb's forks fail.
+    PIDS_MAX = "pids-max"
+    #: The memory charged to the call's cgroup, all of its descendants and what they leave in
+    #: tmpfs together, is bounded by ``memory_mb``: the kernel's OOM killer ends the call.
+    MEMORY_MAX = "memory-max"
+    #: ``TMPDIR`` (and :mod:`tempfile`) pointed at a fresh folder, removed after the call with
+    #: whatever it holds.
+    PRIVATE_TMP = "private-tmp"
+    #: ``/dev/shm`` is a tmpfs of the call's own (a mount namespace), gone with the call.
+    PRIVATE_SHM = "private-shm"
+    #: A network namespace of the call's own, loopback only (``network=False``).
+    NO_NETWORK = "no-network"
+    #: A caller running as root ran the call as ``nobody``, without capabilities, groups or a
+    #: way back (``PR_SET_NO_NEW_PRIVS``): it cannot signal, trace or re-limit the caller
+    #: (``unprivileged=True``).
+    UNPRIVILEGED = "unprivileged"
+
+
+#: No confinement applied: the in-process fallbacks, and a pool's items.
+UNCONFINED: frozenset[Confinement] = frozenset()
+
+
 class NotStarted(enum.StrEnum):
     """Why an item never reached its scorer (an ERROR's :attr:`Outcome.not_started`).
 
@@ -292,6 +322,8 @@ class Outcome:
     output_dropped: int = 0
     #: Why the item never reached its scorer; None when it did (or may have).
     not_started: NotStarted | None = None
+    #: The limits the call ran under (see :class:`Confinement`).
+    confined: frozenset[Confinement] = UNCONFINED
 
     @property
     def ok(self) -> bool:
@@ -391,6 +423,7 @@ class _Unfrozen:
     containment: Containment
     output_dropped: int
     not_started: NotStarted | None
+    confined: frozenset[Confinement]
 
 
 _new = object.__new__
@@ -409,7 +442,7 @@ def ok_outcome(
 
     What a pool answers for each quick item, so it is built at the speed of plain attribute
     stores: the frozen dataclass's ``__init__`` goes through ``object.__setattr__`` for each of
-    its 17 fields (4 µs, as long as the caller's whole share of a fast item should be). Its
+    its 18 fields (4 µs, as long as the caller's whole share of a fast item should be). Its
     slots are filled on a twin class of the same layout, which then becomes an Outcome by
     ``__class__`` assignment (Python allows it between classes whose slots are the same): the
     same object either way, which a test holds field by field, in equality, hash, repr and
@@ -433,6 +466,7 @@ def ok_outcome(
     outcome.containment = containment
     outcome.output_dropped = 0
     outcome.not_started = None
+    outcome.confined = UNCONFINED
     outcome.__class__ = Outcome
     made: Outcome = outcome
     return made

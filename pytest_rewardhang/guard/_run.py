@@ -25,8 +25,9 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from . import _limits
 from ._child import awaited
-from ._fork import run_forked
+from ._fork import Confining, run_forked
 from ._outcome import Mechanism, Outcome, Status, raised
+from ._quota import MAX_PROCESSES
 
 log = logging.getLogger("pytest_rewardhang.guard")
 
@@ -43,10 +44,20 @@ def run(
     budget: float = 2.0,
     memory_mb: float | None = None,
     objects: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
 ) -> Outcome:
     """Call ``fn(*args, **kwargs)`` in a forked child that is SIGKILLed at ``budget`` seconds.
 
-    ``memory_mb`` bounds what the call may allocate on top of what the process already maps.
+    ``memory_mb`` bounds what the call may allocate on top of what the process already maps,
+    and, where the kernel has a cgroup memory controller, what all its processes hold together
+    (plus a small headroom). ``max_processes`` bounds its tasks (processes and threads) at
+    once, where there is a pids controller (None: no bound). ``network=False`` gives the call
+    a network namespace of its own, loopback only; ``unprivileged=True`` runs a root caller's
+    call as ``nobody``, without capabilities. ``Outcome.confined`` says what applied; each
+    call also has a temporary folder (``TMPDIR``) and, where root, a ``/dev/shm`` of its own,
+    removed after it. Where one asked for cannot apply, one warning is logged.
     Never raises for anything the call does; the :class:`Outcome` says what happened, and
     control comes back within about ``budget`` plus 0.1 s whatever the call does.
 
@@ -58,10 +69,11 @@ def run(
     when it is of a builtin class holding plain data (or ``objects=True``); the text is in
     ``Outcome.error`` always.
     """
-    _check_limits(budget, memory_mb)
+    _check_limits(budget, memory_mb, max_processes)
     kwargs = {} if kwargs is None else kwargs
     if hasattr(os, "fork"):
-        return run_forked(fn, tuple(args), kwargs, float(budget), memory_mb, objects)
+        confining = Confining(memory_mb, max_processes, bool(network), bool(unprivileged))
+        return run_forked(fn, tuple(args), kwargs, float(budget), memory_mb, objects, confining)
     if memory_mb is not None:
         _warn_once("memory")
     if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
@@ -71,20 +83,35 @@ def run(
     return _run_unbounded(fn, tuple(args), kwargs, float(budget))
 
 
-def _check_limits(budget: object, memory_mb: object) -> None:
+def _check_limits(budget: object, memory_mb: object, max_processes: object = None) -> None:
     _limits.seconds("budget", budget)
     _limits.mebibytes("memory_mb", memory_mb)
+    if max_processes is not None:
+        _limits.count("max_processes", max_processes)
 
 
 @overload
 def guarded(
-    budget: float = 2.0, *, memory_mb: float | None = None, objects: bool = False
+    budget: float = 2.0,
+    *,
+    memory_mb: float | None = None,
+    objects: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
 ) -> Callable[[Callable[P, R]], Callable[P, R | None]]: ...
 
 
 @overload
 def guarded(
-    budget: float = 2.0, default: D = ..., *, memory_mb: float | None = None, objects: bool = False
+    budget: float = 2.0,
+    default: D = ...,
+    *,
+    memory_mb: float | None = None,
+    objects: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
 ) -> Callable[[Callable[P, R]], Callable[P, R | D]]: ...
 
 
@@ -94,6 +121,9 @@ def guarded(
     *,
     memory_mb: float | None = None,
     objects: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
 ) -> Callable[[Callable[P, R]], Callable[P, Any]]:
     """Decorate a scorer so every call runs under :func:`run`.
 
@@ -103,9 +133,18 @@ def guarded(
     ``objects=True``), else as :class:`CallFailed` holding its text. ``SystemExit``,
     ``KeyboardInterrupt`` and ``GeneratorExit`` raised by the scorer are never raised again
     as themselves: they would stop or unwind the caller; :class:`CallFailed` carries their
-    text instead. A value that is not plain data needs ``objects=True`` as for :func:`run`.
+    text instead. A value that is not plain data needs ``objects=True`` as for :func:`run`;
+    ``max_processes``, ``network`` and ``unprivileged`` confine each call as they do there.
     """
-    _check_limits(budget, memory_mb)  # now, not at the first call in the middle of training
+    _check_limits(budget, memory_mb, max_processes)  # now, not at the first call in training
+    options: dict[str, Any] = {
+        "budget": budget,
+        "memory_mb": memory_mb,
+        "objects": objects,
+        "max_processes": max_processes,
+        "network": network,
+        "unprivileged": unprivileged,
+    }
 
     def decorate(fn: Callable[P, R]) -> Callable[P, Any]:
         def result(out: Outcome) -> Any:
@@ -122,18 +161,14 @@ def guarded(
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 import asyncio
 
-                call = functools.partial(
-                    run, fn, args, kwargs, budget=budget, memory_mb=memory_mb, objects=objects
-                )
+                call = functools.partial(run, fn, args, kwargs, **options)
                 return result(await asyncio.to_thread(call))
 
             return async_wrapper
 
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return result(
-                run(fn, args, kwargs, budget=budget, memory_mb=memory_mb, objects=objects)
-            )
+            return result(run(fn, args, kwargs, **options))
 
         return wrapper
 

@@ -1,0 +1,253 @@
+"""What a forked call may reach besides its processes and memory: its temporary files, its
+shared memory, the network, and the caller itself.
+
+Made in the parent before the fork (a :class:`Plan`), entered by the child right after it has
+joined its cage and its limits (:mod:`._quota`), before the call:
+
+- a private ``/dev/shm`` where the caller may make a mount namespace (root): a tmpfs of the
+  call's own there, gone with the call's last process, so nothing it leaves there outlives it
+  (and, with a memory limit, what it holds is charged to the call);
+- a private temporary folder: ``TMPDIR`` and :mod:`tempfile` point at a fresh folder, gone
+  after the call with whatever it holds: ``/dev/shm/tmp`` in that tmpfs where there is one
+  (nothing for the caller to make or remove: a folder made and removed on a disk shared with
+  busy neighbours took up to 3 ms a call), else one made in the caller's temporary folder and
+  removed after the call;
+- no network (``network=False``): a network namespace of its own, loopback only;
+- no privileges (``unprivileged=True``, a caller running as root): the call runs as
+  ``nobody`` (65534), without groups or capabilities, and ``PR_SET_NO_NEW_PRIVS`` keeps it
+  from gaining any back, so it cannot signal, trace or re-limit the caller, a pool's zygote or
+  other calls (all root's), nor write their ``/proc`` files. Opt-in: such a call can no longer
+  read files only root may read, nor make the cgroups a guard nested in it would use.
+
+What needs the kernel's permission (a namespace, the change of user) is probed once per
+process in a throwaway child: a child asked to enter what the probe allowed and that cannot is
+reported as crashed, never run unconfined.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import socket
+import stat
+import struct
+import tempfile
+from dataclasses import dataclass
+
+from . import _libc
+from ._outcome import Confinement
+
+log = logging.getLogger("pytest_rewardhang.guard")
+
+#: The unprivileged user and group a root caller's calls run as (``unprivileged=True``).
+NOBODY = 65534
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
+_MS_NOSUID, _MS_NODEV, _MS_PRIVATE = 2, 4, 1 << 18
+_PR_SET_NO_NEW_PRIVS = 38
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
+_SHM = b"/dev/shm"
+_SHM_TMP = b"/dev/shm/tmp"
+
+#: What each confinement needs when it is missing, said once in the warning.
+_MISSING = {
+    Confinement.MEMORY_MAX: (
+        "memory_mb bounds each process alone, not the call's processes together "
+        "(no cgroup memory controller could be used)"
+    ),
+    Confinement.PIDS_MAX: (
+        "the call's processes are not counted (no cgroup pids controller could be used)"
+    ),
+    Confinement.PRIVATE_TMP: "the call has no temporary folder of its own",
+    Confinement.PRIVATE_SHM: (
+        "what the call leaves in /dev/shm outlives it (a mount namespace needs root)"
+    ),
+    Confinement.NO_NETWORK: "network=False: the call has the network (no network namespace)",
+    Confinement.UNPRIVILEGED: (
+        "unprivileged=True: the call runs as the caller's user (not root), who it can signal"
+    ),
+}
+#: What this process has warned is missing.
+_warned: set[Confinement] = set()
+#: What the kernel permits here: each of the namespaces, and the change of user (probed once).
+_permitted: dict[Confinement, bool] = {}
+
+
+def _call(name: str, *args: object) -> bool:
+    libc = _libc.libc()
+    if libc is None:
+        return False
+    return bool(getattr(libc, name)(*args) == 0)
+
+
+def _private_shm(size_mb: float | None) -> bool:  # pragma: no cover - child only
+    """A mount namespace whose ``/dev/shm`` is a fresh tmpfs; the caller's is untouched (made
+    private first, so the new mount does not propagate back to it)."""
+    options = b"mode=1777" + (b",size=%dm" % max(int(size_mb), 1) if size_mb else b"")
+    return (
+        _call("unshare", _CLONE_NEWNS)
+        and _call("mount", None, _SHM, None, _MS_PRIVATE, None)
+        and _call("mount", b"tmpfs", _SHM, b"tmpfs", _MS_NOSUID | _MS_NODEV, options)
+    )
+
+
+def _no_network() -> bool:  # pragma: no cover - child only
+    """A network namespace of the call's own, its loopback up: nothing but itself to reach."""
+    if not _call("unshare", _CLONE_NEWNET):
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
+    return True
+
+
+def _unprivileged() -> bool:  # pragma: no cover - child only
+    """``nobody``, without groups, capabilities (dropped with the uid) or a way back."""
+    if not _call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0):
+        return False
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+    # What root was permitted, a guard nested in the call is not: probed again there.
+    _permitted.clear()
+    return os.geteuid() == NOBODY
+
+
+def permitted(confinement: Confinement) -> bool:
+    """Whether the kernel lets a child here enter ``confinement`` (probed once, forked)."""
+    if confinement not in _permitted:
+        _permitted[confinement] = _probe(confinement)
+    return _permitted[confinement]
+
+
+def _probe(confinement: Confinement) -> bool:
+    if _libc.libc() is None:
+        return False
+    if confinement is Confinement.UNPRIVILEGED and os.geteuid() != 0:
+        return False
+    enter = {
+        Confinement.PRIVATE_SHM: lambda: _private_shm(1),
+        Confinement.NO_NETWORK: _no_network,
+        Confinement.UNPRIVILEGED: _unprivileged,
+    }[confinement]
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:  # pragma: no cover - the throwaway child
+        code = 1
+        try:
+            code = 0 if enter() else 1
+        finally:
+            os._exit(code)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:  # the caller ignores SIGCHLD: the answer is lost
+        return False
+    return status == 0
+
+
+@dataclass
+class Plan:
+    """What one call enters after its fork, and what of it is removed after the call."""
+
+    #: What applies (see :class:`Confinement`).
+    applied: frozenset[Confinement]
+    #: The call's private temporary folder made by the caller (where the call has no tmpfs
+    #: of its own to make it in), None if it needs none or none could be made.
+    tmpdir: str | None
+    #: The size of its private ``/dev/shm``, in MiB (None: the kernel's default).
+    shm_mb: float | None = None
+
+    @classmethod
+    def make(cls, memory_mb: float | None, network: bool, unprivileged: bool) -> Plan:
+        """Before the fork: what the call asked for that the kernel permits."""
+        asked = {Confinement.PRIVATE_SHM}
+        if not network:
+            asked.add(Confinement.NO_NETWORK)
+        if unprivileged:
+            asked.add(Confinement.UNPRIVILEGED)
+        applied = {confinement for confinement in asked if permitted(confinement)}
+        tmpdir = None
+        if Confinement.PRIVATE_SHM not in applied:  # else the child makes it in its tmpfs
+            tmpdir = _caller_tmpdir(Confinement.UNPRIVILEGED in applied)
+        if Confinement.PRIVATE_SHM in applied or tmpdir is not None:
+            applied.add(Confinement.PRIVATE_TMP)
+        return cls(frozenset(applied), tmpdir, memory_mb)
+
+    def enter(self) -> bool:  # pragma: no cover - child only
+        """In the child, after it joined its cage and limits: False if one could not be
+        entered (then the call is not made)."""
+        applied = self.applied
+        try:
+            if Confinement.PRIVATE_SHM in applied:
+                if not _private_shm(self.shm_mb):
+                    return False
+                os.mkdir(_SHM_TMP)
+                os.chmod(_SHM_TMP, 0o1777)  # noqa: S103 - as /tmp: the call may drop to nobody
+                self.tmpdir = _SHM_TMP.decode()
+            if self.tmpdir is not None:
+                os.environ["TMPDIR"] = self.tmpdir
+                tempfile.tempdir = self.tmpdir
+            if Confinement.NO_NETWORK in applied and not _no_network():
+                return False
+            # Last: the namespaces need the privileges this drops.
+            return Confinement.UNPRIVILEGED not in applied or _unprivileged()
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        """After the call: remove its temporary folder, whatever it holds. A second call does
+        nothing."""
+        if self.tmpdir is not None:
+            try:
+                os.rmdir(self.tmpdir)  # most calls leave it empty: a tenth of rmtree's cost
+            except OSError:
+                shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
+
+
+def _caller_tmpdir(unprivileged: bool) -> str | None:
+    """A fresh folder in the caller's temporary folder, for a call without a tmpfs of its own;
+    ``nobody``'s, where the call drops to it. None if none can be made."""
+    try:
+        if not unprivileged:
+            return tempfile.mkdtemp(prefix="rewardhang-call-")
+        tmpdir = tempfile.mkdtemp(prefix="rewardhang-call-", dir=_reachable_tmp())
+    except OSError:
+        return None
+    try:
+        os.chown(tmpdir, NOBODY, NOBODY)
+    except OSError:
+        os.rmdir(tmpdir)
+        return None
+    return tmpdir
+
+
+def _reachable_tmp() -> str:
+    """Where ``nobody`` can reach a folder of its own: the temporary folder, unless a folder
+    above it is closed to others (pytest's are), then ``/tmp``."""
+    folder = tempfile.gettempdir()
+    path = os.path.realpath(folder)
+    while path != os.path.dirname(path):
+        path = os.path.dirname(path)
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            return "/tmp"  # noqa: S108 - world-writable and sticky, as it is everywhere
+    if not os.stat(folder).st_mode & stat.S_IXOTH:
+        return "/tmp"  # noqa: S108
+    return folder
+
+
+def warn_missing(asked: frozenset[Confinement], applied: frozenset[Confinement]) -> None:
+    """Log one warning naming what a call asked for and did not get, the first time each is
+    missing in this process (the call's :attr:`Outcome.confined` says it every time)."""
+    missing = asked - applied - _warned
+    if missing:
+        _warned.update(missing)
+        log.warning(
+            "pytest_rewardhang.guard: calls run without their full confinement: %s",
+            "; ".join(_MISSING[confinement] for confinement in sorted(missing)),
+        )
