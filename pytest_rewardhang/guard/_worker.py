@@ -51,15 +51,26 @@ def serve(
     memory_mb: float | None,
     subreaper: bool,
     cage: _contain.Cage,
+    serving: type[_Serve] | None = None,
 ) -> None:  # pragma: no cover - runs only in a worker; never returns
+    """Serve items until the task pipe closes; ``serving`` says how each is run (the warm
+    :class:`_Serve` by default, or ``._isolate``'s)."""
     code = 70
     try:
         setup_child(fds["output_w"], fds["stack_w"], memory_mb)
         dropped = _never_blocking_stdio()
         fence = mmap.mmap(fds["fence"], FENCE.size)
         os.close(fds["fence"])
-        _Serve(
-            fn, fds["task_r"], fds["result_w"], fds["output_r"], subreaper, cage, dropped, fence
+        (serving or _Serve)(
+            fn,
+            fds["task_r"],
+            fds["result_w"],
+            fds["output_r"],
+            subreaper,
+            cage,
+            dropped,
+            fence,
+            fds["stack_w"],
         ).loop()
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the caller sees the exit and reports the item
@@ -331,8 +342,11 @@ class _Serve:  # pragma: no cover - worker only
         cage: _contain.Cage,
         dropped: _Dropped,
         fence: mmap.mmap,
+        stack_w: int,
     ) -> None:
         self.fn = fn
+        #: Where faulthandler writes the stack dump the caller asks for.
+        self.stack_w = stack_w
         self.dropped = dropped
         self.task_r = task_r
         self.result_w = result_w
@@ -356,6 +370,9 @@ class _Serve:  # pragma: no cover - worker only
         self.buffer = bytearray()
         self.items = 0
         self.cpu_mark = 0.0
+        #: Added to the process's CPU clock in an answer: an isolated item's process starts
+        #: its clock at zero, where its worker's goes on (see ._isolate).
+        self.cpu_base = 0.0
         self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         self.pid = os.getpid()
         #: Threads started through _thread (threading's too) and still running, as C counts
@@ -397,6 +414,17 @@ class _Serve:  # pragma: no cover - worker only
         return indexes, items
 
     def _one(self, index: int, item: Any) -> None:
+        leaving = self._answer(index, item)
+        # Exactly once near the deadline: the caller writes the fence *before* it reads the
+        # result pipe for this answer, and the pipe's lock orders the two sides. Either it saw
+        # the answer (and kills nothing), or the fence is visible here now: then the items
+        # queued behind this one must not start, as the kill is on its way. Retiring leaves
+        # them unstarted, and the caller hands them out again.
+        if leaving or self.fence[0] == index + 1:
+            os._exit(RETIRED)
+
+    def _answer(self, index: int, item: Any) -> bool:
+        """Make the call and write its answer; whether the worker must retire after it."""
         # process_time() reads the same CPU accounting as getrusage() without building a
         # struct: at 50 µs an item, the guard's own microseconds are what throughput is made of.
         cpu_before = self.cpu_mark
@@ -426,7 +454,7 @@ class _Serve:  # pragma: no cover - worker only
         if self.dropped.count:
             dropped += self.dropped.count
             self.dropped.count = 0
-        cpu_total = self.cpu_mark = time.process_time()
+        cpu_total = self.cpu_mark = time.process_time() + self.cpu_base
         # The peak only grows during an item that allocates, which takes time: a quick item
         # cannot have moved it far since the last look.
         self.items += 1
@@ -434,10 +462,7 @@ class _Serve:  # pragma: no cover - worker only
             self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         # What this item changed that would charge the next one: put back, or retire. Before
         # the answer, which says so: the caller then knows the items queued behind never start.
-        try:
-            leaving = not self.state.clean(wall, alone)
-        except Exception:  # noqa: BLE001 - e.g. the item closed the saved cwd's descriptor
-            leaving = True
+        leaving = self._leaving(wall, alone)
         result = result_frame(
             frame,
             payload,
@@ -453,13 +478,14 @@ class _Serve:  # pragma: no cover - worker only
             leaving,
         )
         write_all(self.result_w, result)
-        # Exactly once near the deadline: the caller writes the fence *before* it reads the
-        # result pipe for this answer, and the pipe's lock orders the two sides. Either it saw
-        # the answer (and kills nothing), or the fence is visible here now: then the items
-        # queued behind this one must not start, as the kill is on its way. Retiring leaves
-        # them unstarted, and the caller hands them out again.
-        if leaving or self.fence[0] == index + 1:
-            os._exit(RETIRED)
+        return leaving
+
+    def _leaving(self, wall: float, alone: bool) -> bool:
+        """Put back what the item changed; True when that cannot be done (see _State)."""
+        try:
+            return not self.state.clean(wall, alone)
+        except Exception:  # noqa: BLE001 - e.g. the item closed the saved cwd's descriptor
+            return True
 
     def _leaked(self, alone: bool) -> int:
         """Kill what the item left running; cheap when it started nothing."""
