@@ -2,14 +2,16 @@
 
 The warm worker puts back what an item changed (see :class:`._worker._State`), which covers
 what it can see: an item that patches a builtin, the guard's own modules or the worker's state
-charges every item after it. Here the worker forks a child for each item, with the scorer
-imported and the item unpickled; the child makes the call and writes the item's answer exactly
-as the warm worker does, then ends; whatever it changed ends with it. The worker only waits.
+charged every item after it. Here the worker forks a child for each item, with the scorer
+imported and the item unpickled; the child makes the call and hands the worker what it
+returned, then ends, and whatever it changed ends with it. The worker, which ran no code of
+the call's, writes the item's answer: its CPU and peak memory are the child's, as the kernel
+counted them, and what it printed and left running is read and killed once it has ended.
 
-A child that ends without answering (a crash, a signal, the memory limit) takes the worker
-with it, in the same way, so the caller reports the item as it does a warm worker's death and
-hands out the items queued behind it again. The caller's kill at a deadline takes the
-worker's whole tree, the child in it.
+A child that ends without handing its result over (a crash, a signal, the memory limit) takes
+the worker with it, in the same way, so the caller reports the item as it does a warm
+worker's death and hands out the items queued behind it again. The caller's kill at a
+deadline takes the worker's whole tree, the child in it.
 """
 
 from __future__ import annotations
@@ -19,13 +21,21 @@ import faulthandler
 import mmap
 import os
 import signal
+import struct
 import time
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
-from . import _contain, _reap, _walkkill
-from ._wire import DUMP_SIGNAL, RETIRED
-from ._worker import _Dropped, _Serve
+from . import _contain
+from ._wire import DUMP_SIGNAL, RESULT_LIMIT, RETIRED, result_frame, result_payload, write_all
+from ._worker import _Dropped, _Serve, call_item
+
+#: What the child hands the worker before the payload: the call's wall time, the payload's
+#: size (-1 for an OK float, then carried here), output bytes dropped, whether it did what may
+#: leave a process outside its subtree.
+_HANDED = struct.Struct("=dqdQ?")
+_FLOAT = -1
 
 
 class Isolated(_Serve):  # pragma: no cover - worker only
@@ -33,7 +43,7 @@ class Isolated(_Serve):  # pragma: no cover - worker only
 
     def __init__(
         self,
-        fn: Any,
+        fn: Callable[..., Any],
         task_r: int,
         result_w: int,
         output_r: int,
@@ -44,9 +54,6 @@ class Isolated(_Serve):  # pragma: no cover - worker only
         stack_w: int,
     ) -> None:
         super().__init__(fn, task_r, result_w, output_r, subreaper, cage, dropped, fence, stack_w)
-        #: Shared with each child: [0] the index (+1) of the item it answered, once its answer
-        #: is written; [1] whether it did what may leave a process outside its subtree.
-        self.shared = memoryview(mmap.mmap(-1, mmap.PAGESIZE)).cast("Q")
         #: The child running the current item; 0 between items.
         self.child = 0
         # The caller's stack dump signal comes to the worker: the child's stack is the item's.
@@ -59,28 +66,53 @@ class Isolated(_Serve):  # pragma: no cover - worker only
                 os.kill(self.child, DUMP_SIGNAL)
 
     def _one(self, index: int, item: Any) -> None:
-        self.shared[0] = self.shared[1] = 0
-        # What the worker and the children it reaped used: the child's clock starts at zero,
-        # and the caller charges a dead worker's item with its total since the last answer.
-        used = os.times()
-        base = used.user + used.system + used.children_user + used.children_system
+        handed_r, handed_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            self._child(index, item, base)
+            os.close(handed_r)
+            self._child(item, handed_w)
+        os.close(handed_w)
         self.child = pid
         try:
-            _, status = os.waitpid(pid, 0)
+            handed = _read_handed(handed_r, pid)
+        finally:
+            os.close(handed_r)
+        try:
+            _, status, usage = os.wait4(pid, 0)
         finally:
             self.child = 0
-        self._sweep()
-        if self.shared[0] != index + 1:
+        if handed is None or not os.WIFEXITED(status) or os.WEXITSTATUS(status):
+            self.state.dirty = True  # what it left outside its subtree: the zygote's now
+            self._leaked(True)
             _end_as(status)
-        # Read once the child has ended: its answer was written before, as the warm worker's
-        # is before it reads the fence (see _Serve._one).
+        wall, size, number, dropped, self.state.dirty = _HANDED.unpack_from(handed)
+        payload = None if size == _FLOAT else bytes(handed[_HANDED.size :])
+        # What it left running came to us, the subreaper, as it ended: killed and counted.
+        leaked = self._leaked(True)
+        self.state.dirty = False
+        output, drained = self._output()
+        used = os.times()
+        result = result_frame(
+            (None, number),
+            payload,
+            output,
+            dropped + drained,
+            index,
+            leaked,
+            wall,
+            usage.ru_utime + usage.ru_stime,
+            used.user + used.system + used.children_user + used.children_system,
+            time.monotonic(),
+            usage.ru_maxrss,
+            False,
+        )
+        write_all(self.result_w, result)
+        # As the warm worker does (see _Serve._one): once the answer is written.
         if self.fence[0] == index + 1:
             os._exit(RETIRED)
 
-    def _child(self, index: int, item: Any, base: float) -> None:
+    def _child(self, item: Any, handed_w: int) -> None:
+        """Make the call, hand its result to the worker, end: nothing here returns."""
         code = 70
         try:
             self.pid = os.getpid()
@@ -88,53 +120,53 @@ class Isolated(_Serve):  # pragma: no cover - worker only
             os.close(self.task_r)
             faulthandler.register(DUMP_SIGNAL, file=self.stack_w, all_threads=True, chain=False)
             self.state.dirty = False
-            self.cpu_base = base
-            self.cpu_mark = time.process_time() + base
-            self._answer(index, item)
-            self.shared[0] = index + 1
+            start = time.perf_counter()
+            frame = call_item(self.fn, item)
+            payload = result_payload(frame)  # the value's __reduce__ is the call's code too
+            if os.getpid() != self.pid:
+                os._exit(0)  # a child the call forked, returning: it never answers
+            wall = time.perf_counter() - start
+            if payload is None:
+                head = _HANDED.pack(wall, _FLOAT, frame[1], self.dropped.count, self.state.dirty)
+                write_all(handed_w, head)
+            else:
+                head = _HANDED.pack(wall, len(payload), 0.0, self.dropped.count, self.state.dirty)
+                write_all(handed_w, head + payload)
             code = 0
-        except BaseException:  # noqa: BLE001, S110 - no answer: the worker ends as we do
+        except BaseException:  # noqa: BLE001, S110 - nothing handed over: the worker ends too
             pass
         finally:
             os._exit(code)
 
-    def _leaked(self, alone: bool) -> int:
-        """In the child: kill what the call started below it, if it may have started any.
 
-        Not the cage's strays: the worker is one. What escaped comes to the worker, the
-        subreaper, and is killed once the child has ended (see :meth:`_sweep`).
-        """
-        self.shared[1] = self.state.dirty
-        if not (self.subreaper and self.state.dirty):
-            return 0
-        return _walkkill.kill_descendants(os.getpid()) + _reap.reap_children()
+def _read_handed(fd: int, pid: int) -> bytearray | None:  # pragma: no cover - worker only
+    """What the child handed over, read to its end; None when it is not whole.
 
-    def _leaving(self, wall: float, alone: bool) -> bool:
-        return False  # nothing the child changed outlives it
-
-    def _sweep(self) -> None:
-        """In the worker, once the child has ended: kill what it left, uncounted (its answer
-        is written)."""
-        if not self.subreaper:
-            return
-        if self.children_fd < 0 or os.pread(self.children_fd, 64, 0).strip():
-            _walkkill.kill_descendants(os.getpid())
-            _reap.reap_children()
-        if self.shared[1]:
-            self.cage.kill_strays()
+    The end is the child's: it holds the pipe's only writing end, unless a process it forked
+    holds one too (the item's deadline then ends the wait). More than a result can be is the
+    call's doing: the child is killed, and the worker ends as it did.
+    """
+    handed = bytearray()
+    while chunk := os.read(fd, 1 << 16):
+        handed += chunk
+        if len(handed) > _HANDED.size + RESULT_LIMIT:
+            os.kill(pid, signal.SIGKILL)
+            return None
+    if len(handed) < _HANDED.size:
+        return None
+    size = _HANDED.unpack_from(handed)[1]
+    return handed if len(handed) == _HANDED.size + max(size, 0) else None
 
 
-def _end_as(status: int) -> None:  # pragma: no cover - worker only; never returns
+def _end_as(status: int) -> NoReturn:  # pragma: no cover - worker only
     """End the worker as its child ended: by the same signal, or with the same exit code."""
     if os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)
         # No dump of the worker's own stack onto the item's output, no handler of ours.
         faulthandler.disable()
-        try:
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL's cannot be set, only sent
             signal.signal(signum, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
-            os.kill(os.getpid(), signum)
-        except (OSError, ValueError):  # SIGKILL and SIGSTOP cannot be set, only sent
-            os.kill(os.getpid(), signum)
+        os.kill(os.getpid(), signum)
         os._exit(128 + signum)
-    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 70)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 70)

@@ -331,6 +331,18 @@ def _audit_hook(state: _State) -> Callable[[str, tuple[Any, ...]], None]:  # pra
     return audit
 
 
+def call_item(fn: Callable[..., Any], item: Any) -> tuple[Any, ...]:  # pragma: no cover
+    """The frame of one item's call, as a worker reads the item: see :func:`._child.call`."""
+    if type(item) is tuple:
+        return call(fn, item, _NO_KWARGS)
+    if type(item) is dict:
+        return call(fn, (), item)
+    if type(item) is list:  # Pool.submit's positional and keyword arguments together
+        return call(fn, item[0], item[1])
+    # An _Unreadable: its reason goes where an ERROR's value is (see _decode).
+    return (Status.ERROR.value, NotStarted.UNREADABLE.value, item.text, None)
+
+
 class _Serve:  # pragma: no cover - worker only
     def __init__(
         self,
@@ -370,9 +382,6 @@ class _Serve:  # pragma: no cover - worker only
         self.buffer = bytearray()
         self.items = 0
         self.cpu_mark = 0.0
-        #: Added to the process's CPU clock in an answer: an isolated item's process starts
-        #: its clock at zero, where its worker's goes on (see ._isolate).
-        self.cpu_base = 0.0
         self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         self.pid = os.getpid()
         #: Threads started through _thread (threading's too) and still running, as C counts
@@ -414,29 +423,11 @@ class _Serve:  # pragma: no cover - worker only
         return indexes, items
 
     def _one(self, index: int, item: Any) -> None:
-        leaving = self._answer(index, item)
-        # Exactly once near the deadline: the caller writes the fence *before* it reads the
-        # result pipe for this answer, and the pipe's lock orders the two sides. Either it saw
-        # the answer (and kills nothing), or the fence is visible here now: then the items
-        # queued behind this one must not start, as the kill is on its way. Retiring leaves
-        # them unstarted, and the caller hands them out again.
-        if leaving or self.fence[0] == index + 1:
-            os._exit(RETIRED)
-
-    def _answer(self, index: int, item: Any) -> bool:
-        """Make the call and write its answer; whether the worker must retire after it."""
         # process_time() reads the same CPU accounting as getrusage() without building a
         # struct: at 50 µs an item, the guard's own microseconds are what throughput is made of.
         cpu_before = self.cpu_mark
         start = time.perf_counter()
-        if type(item) is tuple:
-            frame = call(self.fn, item, _NO_KWARGS)
-        elif type(item) is dict:
-            frame = call(self.fn, (), item)
-        elif type(item) is list:  # Pool.submit's positional and keyword arguments together
-            frame = call(self.fn, item[0], item[1])
-        else:  # an _Unreadable: its reason goes where an ERROR's value is (see _decode)
-            frame = (Status.ERROR.value, NotStarted.UNREADABLE.value, item.text, None)
+        frame = call_item(self.fn, item)
         # Pickled before the checks below, as pickling runs the value's __reduce__: code of
         # the call's, which may change the state, fork or start a thread just as well.
         payload = result_payload(frame)
@@ -445,16 +436,11 @@ class _Serve:  # pragma: no cover - worker only
         wall = time.perf_counter() - start
         alone = _thread_count() == self.threads
         leaked = self._leaked(alone)
-        output, dropped = b"", 0
-        if self.output_poll.poll(0):
-            # The call may have cleared O_NONBLOCK on it (any of our descriptors is the call's
-            # to change): the read would then wait, after a later item, for output never sent.
-            os.set_blocking(self.output_r, False)
-            output, dropped = read_bounded(self.output_r, OUTPUT_LIMIT)
+        output, dropped = self._output()
         if self.dropped.count:
             dropped += self.dropped.count
             self.dropped.count = 0
-        cpu_total = self.cpu_mark = time.process_time() + self.cpu_base
+        cpu_total = self.cpu_mark = time.process_time()
         # The peak only grows during an item that allocates, which takes time: a quick item
         # cannot have moved it far since the last look.
         self.items += 1
@@ -462,7 +448,10 @@ class _Serve:  # pragma: no cover - worker only
             self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         # What this item changed that would charge the next one: put back, or retire. Before
         # the answer, which says so: the caller then knows the items queued behind never start.
-        leaving = self._leaving(wall, alone)
+        try:
+            leaving = not self.state.clean(wall, alone)
+        except Exception:  # noqa: BLE001 - e.g. the item closed the saved cwd's descriptor
+            leaving = True
         result = result_frame(
             frame,
             payload,
@@ -478,14 +467,22 @@ class _Serve:  # pragma: no cover - worker only
             leaving,
         )
         write_all(self.result_w, result)
-        return leaving
+        # Exactly once near the deadline: the caller writes the fence *before* it reads the
+        # result pipe for this answer, and the pipe's lock orders the two sides. Either it saw
+        # the answer (and kills nothing), or the fence is visible here now: then the items
+        # queued behind this one must not start, as the kill is on its way. Retiring leaves
+        # them unstarted, and the caller hands them out again.
+        if leaving or self.fence[0] == index + 1:
+            os._exit(RETIRED)
 
-    def _leaving(self, wall: float, alone: bool) -> bool:
-        """Put back what the item changed; True when that cannot be done (see _State)."""
-        try:
-            return not self.state.clean(wall, alone)
-        except Exception:  # noqa: BLE001 - e.g. the item closed the saved cwd's descriptor
-            return True
+    def _output(self) -> tuple[bytes, int]:
+        """What the call printed, and how much of it did not fit; cheap when it printed none."""
+        if not self.output_poll.poll(0):
+            return b"", 0
+        # The call may have cleared O_NONBLOCK on it (any of our descriptors is the call's to
+        # change): the read would then wait, after a later item, for output never sent.
+        os.set_blocking(self.output_r, False)
+        return read_bounded(self.output_r, OUTPUT_LIMIT)
 
     def _leaked(self, alone: bool) -> int:
         """Kill what the item left running; cheap when it started nothing."""
