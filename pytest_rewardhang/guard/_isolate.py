@@ -140,22 +140,26 @@ class Isolated(_Serve):  # pragma: no cover - worker only
 
 
 def _read_handed(fd: int, pid: int) -> bytearray | None:  # pragma: no cover - worker only
-    """What the child handed over, read to its end; None when it is not whole.
+    """What the child handed over, read as far as its header says; None when it is not whole.
 
-    The end is the child's: it holds the pipe's only writing end, unless a process it forked
-    holds one too (the item's deadline then ends the wait). More than a result can be is the
-    call's doing: the child is killed, and the worker ends as it did.
+    Not read to the pipe's end: a process the call forked and left running holds the writing
+    end too, and is killed only once the child has ended. A header claiming more than a result
+    can be is the call's doing: the child is killed, and the worker ends as it did.
     """
     handed = bytearray()
-    while chunk := os.read(fd, 1 << 16):
+    want = _HANDED.size
+    while len(handed) < want:
+        chunk = os.read(fd, min(want - len(handed), 1 << 20))
+        if not chunk:
+            return None  # it ended before it handed everything over
         handed += chunk
-        if len(handed) > _HANDED.size + RESULT_LIMIT:
-            os.kill(pid, signal.SIGKILL)
-            return None
-    if len(handed) < _HANDED.size:
-        return None
-    size = _HANDED.unpack_from(handed)[1]
-    return handed if len(handed) == _HANDED.size + max(size, 0) else None
+        if want == _HANDED.size and len(handed) >= want:
+            size = _HANDED.unpack_from(handed)[1]
+            if size < _FLOAT or size > RESULT_LIMIT:
+                os.kill(pid, signal.SIGKILL)
+                return None
+            want += max(size, 0)
+    return handed
 
 
 def _end_as(status: int) -> NoReturn:  # pragma: no cover - worker only

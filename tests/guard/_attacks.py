@@ -247,6 +247,10 @@ def crash(how: str, mb: int = 0) -> int:
         return len(bytearray(mb * 1024 * 1024))
     if how == "hang":
         time.sleep(3600)
+    if how == "fork-sleep":  # a child left sleeping, holding what the call's process held
+        if os.fork() == 0:
+            time.sleep(3600)
+        return 1
     return 0
 
 

@@ -94,6 +94,18 @@ def test_an_isolated_hang_is_killed_at_its_deadline_and_the_pool_goes_on() -> No
 
 
 @pytest.mark.usefixtures("no_leaks")
+def test_what_an_isolated_item_leaves_running_is_killed_and_counted() -> None:
+    budget = 2.0
+    with Pool(crash, workers=1, budget=budget, isolate=True) as pool:
+        start = time.monotonic()
+        outs = pool.map([("fork-sleep",), ("none",)])
+        took = time.monotonic() - start
+    assert [o.value for o in outs] == [1, 0], [o.describe() for o in outs]
+    assert outs[0].leaked >= 1, outs[0].describe()
+    assert took < budget  # answered at once, not held until the deadline by its child
+
+
+@pytest.mark.usefixtures("no_leaks")
 def test_an_isolated_map_of_many_quick_items_answers_each_in_order() -> None:
     with Pool(quick, workers=2, budget=BUDGET, isolate=True) as pool:
         outs = pool.map([(i,) for i in range(200)])
