@@ -189,3 +189,19 @@ def test_quick_serve_benchmark_prints_the_table() -> None:
     guarded = rows[1]
     assert guarded[5] == "0", "the guarded server let a client give up"
     assert not guarded[6].startswith("∞"), guarded
+
+
+@pytest.mark.timeout(120)
+def test_quick_isolate_benchmark_prints_the_table() -> None:
+    stdout = run_quick("bench_isolate.py", bound=110)
+    header, *rows = table_rows(stdout)
+    assert header[0] == "peer"
+    assert [row[0] for row in rows] == [
+        "warm worker (`Pool`)",
+        "isolated (`Pool(isolate=True)`)",
+        "fork per call, polled every 50 ms",
+    ], stdout
+    for row in rows:
+        assert re.fullmatch(r"[\d,]+", row[1]), row
+    assert "CPUs" in stdout
+    assert "load average" in stdout

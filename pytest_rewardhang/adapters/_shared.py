@@ -48,11 +48,16 @@ Warmup = tuple[Any, ...] | Mapping[str, Any] | None
 
 
 def _pool_key(
-    scorer: Scorer, budget: float, memory_mb: float | None, workers: int, warmup: bytes | None
+    scorer: Scorer,
+    budget: float,
+    memory_mb: float | None,
+    workers: int,
+    warmup: bytes | None,
+    isolate: bool,
 ) -> tuple[Any, ...]:
     # Keyed by pid too: a trainer that forks (a ProcessPoolExecutor, a dataloader) must not
     # drive its parent's workers.
-    return (scorer, float(budget), memory_mb, workers, warmup, os.getpid())
+    return (scorer, float(budget), memory_mb, workers, warmup, isolate, os.getpid())
 
 
 def warmup_key(warmup: Warmup) -> bytes | None:
@@ -73,10 +78,11 @@ def pool_for(
     memory_mb: float | None,
     workers: int,
     warmup: bytes | None = None,
+    isolate: bool = False,
 ) -> Pool:
     """The warm pool for this scorer, these limits and this warm-up item (its
     :func:`warmup_key`), started on the first sample in this process."""
-    key = _pool_key(scorer, budget, memory_mb, workers, warmup)
+    key = _pool_key(scorer, budget, memory_mb, workers, warmup, isolate)
     with _lock:
         pool = _pools.get(key)
         if pool is not None and not pool.closed:
@@ -97,6 +103,7 @@ def pool_for(
                 budget=budget,
                 memory_mb=memory_mb,
                 warmup=None if warmup is None else pickle.loads(warmup),
+                isolate=isolate,
             )
         except (PoolError, SpecError) as exc:
             text = f"the pool of scorer {_shown(scorer)} did not start: {exc}"
@@ -301,6 +308,7 @@ class Scoring:
         hang_log: str | None = None,
         name: str | None = None,
         warmup: Warmup = None,
+        isolate: bool = False,
     ) -> None:
         self.scorer = scorer
         self.budget = budget
@@ -310,9 +318,13 @@ class Scoring:
         self.hang_log = hang_log
         self.name = name or scorer_name(scorer)
         self.warmup = warmup_key(warmup)
+        #: Each sample in a process of its own, forked from its warm worker: see Pool.
+        self.isolate = bool(isolate)
 
     def pool(self) -> Pool:
-        return pool_for(self.scorer, self.budget, self.memory_mb, self.workers, self.warmup)
+        return pool_for(
+            self.scorer, self.budget, self.memory_mb, self.workers, self.warmup, self.isolate
+        )
 
     def accepts(self) -> Accepts:
         return accepts(self.scorer)
@@ -352,7 +364,9 @@ class Scoring:
         return await asyncio.to_thread(self.accepts)
 
     async def _apool(self) -> Pool:
-        key = _pool_key(self.scorer, self.budget, self.memory_mb, self.workers, self.warmup)
+        key = _pool_key(
+            self.scorer, self.budget, self.memory_mb, self.workers, self.warmup, self.isolate
+        )
         pool = _pools.get(key)
         if pool is not None and not pool.closed:
             return pool

@@ -47,10 +47,16 @@ class RewardActor:
         default: Any = 0.0,
         memory_mb: float | None = None,
         warmup: _Item | None = None,
+        isolate: bool = False,
     ) -> None:
         # Made here, once per actor process: warm before the first call, gone with the actor.
         self.pool = guard.Pool(
-            scorer, workers=workers, budget=budget, memory_mb=memory_mb, warmup=warmup
+            scorer,
+            workers=workers,
+            budget=budget,
+            memory_mb=memory_mb,
+            warmup=warmup,
+            isolate=isolate,
         )
         self.default = default
         self.statuses: Counter[str] = Counter()

@@ -90,6 +90,7 @@ def async_pooled_reward(
     hang_log: str | None = None,
     name: str | None = None,
     warmup: _shared.Warmup = None,
+    isolate: bool = False,
 ) -> Callable[..., Coroutine[Any, Any, list[Any]]]:
     """:func:`pooled_reward` as an ``async def`` TRL reward function.
 
@@ -107,6 +108,7 @@ def async_pooled_reward(
         hang_log=hang_log,
         name=name,
         warmup=warmup,
+        isolate=isolate,
     )
 
     async def reward(completions: Sequence[Any], **kwargs: Any) -> list[Any]:

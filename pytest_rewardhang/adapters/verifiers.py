@@ -39,6 +39,7 @@ def pooled_rubric_func(
     hang_log: str | None = None,
     name: str | None = None,
     warmup: _shared.Warmup = None,
+    isolate: bool = False,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     """An ``async def`` rubric function scoring ``scorer`` on a warm guarded pool.
 
@@ -54,6 +55,7 @@ def pooled_rubric_func(
         hang_log=hang_log,
         name=name,
         warmup=warmup,
+        isolate=isolate,
     )
     took = scoring.accepts()
 

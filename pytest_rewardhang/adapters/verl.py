@@ -100,10 +100,11 @@ def compute_score(
     hang_log: str | None = None,
     workers: int = 2,
     warmup: _shared.Warmup = None,
+    isolate: bool = False,
     **kwargs: Any,
 ) -> Any:
     """verl's per-item signature; ``kwargs`` beyond the guard's own go to the scorer."""
-    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup)
+    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup, isolate)
     took = scoring.accepts()
     _say_unused(scoring, took, kwargs)
     return scoring.score(_sample(took, data_source, solution_str, ground_truth, extra_info, kwargs))
@@ -122,10 +123,11 @@ async def compute_score_async(
     hang_log: str | None = None,
     workers: int = 2,
     warmup: _shared.Warmup = None,
+    isolate: bool = False,
     **kwargs: Any,
 ) -> Any:
     """:func:`compute_score` as an ``async def``, which verl's reward loop awaits."""
-    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup)
+    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup, isolate)
     took = await scoring.aaccepts()
     _say_unused(scoring, took, kwargs)
     sample = _sample(took, data_source, solution_str, ground_truth, extra_info, kwargs)
@@ -145,6 +147,7 @@ def compute_score_batch(
     hang_log: str | None = None,
     workers: int = 2,
     warmup: _shared.Warmup = None,
+    isolate: bool = False,
     **kwargs: Any,
 ) -> list[Any]:
     """Legacy: verl's batch signature (``reward_model.reward_manager=batch``).
@@ -152,7 +155,7 @@ def compute_score_batch(
     The scorer is still called once per item, with verl's per-item signature, on ``workers``
     warm workers; scores come back in order, ``default`` where an item hung.
     """
-    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup)
+    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup, isolate)
     took = scoring.accepts()
     _say_unused(scoring, took, kwargs)
     extras = list(extra_infos) if extra_infos is not None else [None] * len(solution_strs)
@@ -174,6 +177,7 @@ def guarded_compute_score(
     hang_log: str | None = None,
     workers: int = 2,
     warmup: _shared.Warmup = None,
+    isolate: bool = False,
 ) -> Callable[..., Any]:
     """:func:`compute_score` bound to one scorer, for ``custom_reward_function.name``."""
     return functools.partial(
@@ -185,6 +189,7 @@ def guarded_compute_score(
         hang_log=hang_log,
         workers=workers,
         warmup=warmup,
+        isolate=isolate,
     )
 
 
@@ -197,6 +202,7 @@ def guarded_compute_score_async(
     hang_log: str | None = None,
     workers: int = 2,
     warmup: _shared.Warmup = None,
+    isolate: bool = False,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     """:func:`compute_score_async` bound to one scorer; still a coroutine function to verl
     (``inspect.iscoroutinefunction`` sees through ``functools.partial``)."""
@@ -209,6 +215,7 @@ def guarded_compute_score_async(
         hang_log=hang_log,
         workers=workers,
         warmup=warmup,
+        isolate=isolate,
     )
 
 
@@ -221,6 +228,7 @@ def guarded_compute_score_batch(
     hang_log: str | None = None,
     workers: int = 2,
     warmup: _shared.Warmup = None,
+    isolate: bool = False,
 ) -> Callable[..., list[Any]]:
     """Legacy: :func:`compute_score_batch` bound to one scorer."""
     return functools.partial(
@@ -232,6 +240,7 @@ def guarded_compute_score_batch(
         hang_log=hang_log,
         workers=workers,
         warmup=warmup,
+        isolate=isolate,
     )
 
 
@@ -243,6 +252,7 @@ def _scoring(
     hang_log: str | None,
     workers: int,
     warmup: _shared.Warmup,
+    isolate: bool,
 ) -> _shared.Scoring:
     name = scorer if isinstance(scorer, str) else getattr(scorer, "__qualname__", repr(scorer))
     return _shared.Scoring(
@@ -256,6 +266,7 @@ def _scoring(
         # A YAML warm-up comes as Hydra's DictConfig: its samples' dicts and lists, as a real
         # sample has them (and a pickle that needs no omegaconf).
         warmup=_plain(warmup),
+        isolate=isolate,
     )
 
 

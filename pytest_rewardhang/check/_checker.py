@@ -386,7 +386,12 @@ class ScorerCheck:
     def _new_pool(self, context: str) -> Pool:
         materialize = self._info.materialize if self._info is not None else ()
         call = _calls.ScorerCall(self.spec, str(self.rootdir), context, materialize)
-        return Pool(call, workers=1, budget=self.deadline, memory_mb=self.memory_mb)
+        # A code scorer runs the program it scores inside the call: each call in a child of
+        # the warm worker, so nothing that program changes reaches a later case's call.
+        isolate = self.scorer.kind == "code"
+        return Pool(
+            call, workers=1, budget=self.deadline, memory_mb=self.memory_mb, isolate=isolate
+        )
 
     def _call(self, context: str, kwargs: dict[str, Any]) -> Outcome:
         """One call in the context's warm worker, remembering whether it ended that worker."""

@@ -217,7 +217,9 @@ class Zygote:
         self.forked = forked
 
     @classmethod
-    def start(cls, target: tuple[Any, ...], memory_mb: float | None, warmup: Warmup) -> Zygote:
+    def start(
+        cls, target: tuple[Any, ...], memory_mb: float | None, warmup: Warmup, isolate: bool
+    ) -> Zygote:
         """Spawn a zygote and wait until it has imported ``target`` and scored ``warmup``.
 
         Raises :class:`SpecError` with the zygote's reason when it cannot import it, and
@@ -233,7 +235,7 @@ class Zygote:
         joins = cage.spawn_actions(GROUP_FD)
         code = _ZYGOTE_CODE.format(root=root, module=zygote_main.__module__, joins=bool(joins))
         argv = [sys.executable, "-c", code]
-        config = list(config_message(list(sys.path), target, memory_mb, warmup))
+        config = list(config_message(list(sys.path), target, memory_mb, warmup, isolate))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             try:
@@ -260,7 +262,12 @@ class Zygote:
 
     @classmethod
     def fork(
-        cls, fn: Callable[..., Any], memory_mb: float | None, warmup: Warmup, inherited: list[int]
+        cls,
+        fn: Callable[..., Any],
+        memory_mb: float | None,
+        warmup: Warmup,
+        inherited: list[int],
+        isolate: bool,
     ) -> Zygote:
         """Fork a zygote from the caller, for a callable a fresh interpreter cannot import.
 
@@ -284,7 +291,7 @@ class Zygote:
                 for fd in [*inherited, ours.fileno()]:
                     with contextlib.suppress(OSError):
                         os.close(fd)
-                serve_forked(theirs, fn, memory_mb, parent, warmup)
+                serve_forked(theirs, fn, memory_mb, parent, warmup, isolate)
             finally:
                 os._exit(70)
         theirs.close()

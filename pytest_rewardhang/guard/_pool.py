@@ -90,6 +90,12 @@ class Pool:
     only (lazy imports, caches) every worker starts with, including each one that replaces a
     worker killed at a deadline. A warm-up that raises, leaves a thread running, or does not
     return while the pool starts, stops the pool from starting with :class:`PoolError`.
+
+    ``isolate=True`` runs each item in a process of its own, forked from its warm worker (the
+    scorer imported, the warm-up done) once the item is read: nothing an item changes
+    (builtins, modules, the guard's own code, signal handlers, limits, the environment,
+    threads) reaches a later item or the code that reports it, at the cost of a fork per item.
+    An isolated item that dies takes its worker with it, and is reported as in the warm mode.
     """
 
     def __init__(
@@ -102,6 +108,7 @@ class Pool:
         max_pending: int | None = None,
         submit_timeout: float | None = None,
         warmup: tuple[Any, ...] | Mapping[str, Any] | None = None,
+        isolate: bool = False,
     ) -> None:
         _check_limits(budget, memory_mb)
         warm = _warmup(warmup)
@@ -118,7 +125,9 @@ class Pool:
         # one that comes as the signals are let in again, at the end, finds the finalizer set.
         held = hold()
         try:
-            engine = Engine(workers, float(budget), memory_mb, max_pending, warm, objects)
+            engine = Engine(
+                workers, float(budget), memory_mb, max_pending, warm, objects, bool(isolate)
+            )
             self._engine = engine
             try:
                 engine.start(fn)

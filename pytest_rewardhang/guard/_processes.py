@@ -52,9 +52,12 @@ class Processes:
         warmup: Warmup,
         watched: Watched,
         inherited: Callable[[], list[int]],
+        isolate: bool = False,
     ) -> None:
         self.size = size
         self.memory_mb = memory_mb
+        #: Each item in a process of its own, forked from its worker: see Pool.
+        self.isolate = isolate
         #: Scored once in every zygote, before it forks a worker: see Pool.
         self.warmup = warmup
         self.watched = watched
@@ -97,10 +100,12 @@ class Processes:
 
     def _start_zygote(self, target: tuple[Any, ...] | None) -> None:
         if target is not None:
-            self.zygote = Zygote.start(target, self.memory_mb, self.warmup)
+            self.zygote = Zygote.start(target, self.memory_mb, self.warmup, self.isolate)
         else:
             assert self.fn is not None
-            self.zygote = Zygote.fork(self.fn, self.memory_mb, self.warmup, self.inherited())
+            self.zygote = Zygote.fork(
+                self.fn, self.memory_mb, self.warmup, self.inherited(), self.isolate
+            )
         self.watched.register(self.zygote.sock.fileno(), "zygote", None, select.POLLIN)
         self.watched.register(self.zygote.pidfd, "zygote", None, select.POLLIN)
 

@@ -250,7 +250,11 @@ EXITED = struct.Struct("!QiddI")
 
 
 def config_message(
-    path: list[str], target: tuple[Any, ...], memory_mb: float | None, warmup: Warmup
+    path: list[str],
+    target: tuple[Any, ...],
+    memory_mb: float | None,
+    warmup: Warmup,
+    isolate: bool = False,
 ) -> list[bytes]:
     """What the zygote needs to import the scorer and start workers, as the caller sends it:
     one message per item of the list (the length, then the pickled config in pieces)."""
@@ -258,6 +262,7 @@ def config_message(
     # the scorer is imported, as the classes of its arguments may need either.
     warm = None if warmup is None else pickle.dumps(warmup, protocol=pickle.HIGHEST_PROTOCOL)
     config = {"path": path, "target": target, "memory_mb": memory_mb, "warmup": warm}
+    config["isolate"] = isolate
     blob = pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
     pieces = [blob[at : at + CONFIG_PIECE] for at in range(0, len(blob), CONFIG_PIECE)]
     return [CONFIG_SIZE.pack(len(blob)), *pieces]
@@ -265,9 +270,9 @@ def config_message(
 
 def read_config(
     receive: Any,
-) -> tuple[list[str], tuple[Any, ...], float | None, bytes | None]:  # pragma: no cover - zygote
-    """``(sys.path, target, memory_mb, warmup)``, as the zygote reads it with ``receive(limit)``;
-    the warm-up still pickled."""
+) -> tuple[list[str], tuple[Any, ...], float | None, bytes | None, bool]:  # pragma: no cover
+    """``(sys.path, target, memory_mb, warmup, isolate)``, as the zygote reads it with
+    ``receive(limit)``; the warm-up still pickled."""
     (size,) = CONFIG_SIZE.unpack(receive(CONFIG_SIZE.size))
     blob = bytearray()
     while len(blob) < size:
@@ -276,7 +281,13 @@ def read_config(
             raise EOFError("the caller closed the socket in the middle of the config")
         blob += piece
     config = pickle.loads(blob)
-    return config["path"], config["target"], config["memory_mb"], config["warmup"]
+    return (
+        config["path"],
+        config["target"],
+        config["memory_mb"],
+        config["warmup"],
+        config["isolate"],
+    )
 
 
 # --- both ends -------------------------------------------------------------------------------

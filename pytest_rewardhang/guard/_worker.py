@@ -51,15 +51,26 @@ def serve(
     memory_mb: float | None,
     subreaper: bool,
     cage: _contain.Cage,
+    serving: type[_Serve] | None = None,
 ) -> None:  # pragma: no cover - runs only in a worker; never returns
+    """Serve items until the task pipe closes; ``serving`` says how each is run (the warm
+    :class:`_Serve` by default, or ``._isolate``'s)."""
     code = 70
     try:
         setup_child(fds["output_w"], fds["stack_w"], memory_mb)
         dropped = _never_blocking_stdio()
         fence = mmap.mmap(fds["fence"], FENCE.size)
         os.close(fds["fence"])
-        _Serve(
-            fn, fds["task_r"], fds["result_w"], fds["output_r"], subreaper, cage, dropped, fence
+        (serving or _Serve)(
+            fn,
+            fds["task_r"],
+            fds["result_w"],
+            fds["output_r"],
+            subreaper,
+            cage,
+            dropped,
+            fence,
+            fds["stack_w"],
         ).loop()
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the caller sees the exit and reports the item
@@ -320,6 +331,18 @@ def _audit_hook(state: _State) -> Callable[[str, tuple[Any, ...]], None]:  # pra
     return audit
 
 
+def call_item(fn: Callable[..., Any], item: Any) -> tuple[Any, ...]:  # pragma: no cover
+    """The frame of one item's call, as a worker reads the item: see :func:`._child.call`."""
+    if type(item) is tuple:
+        return call(fn, item, _NO_KWARGS)
+    if type(item) is dict:
+        return call(fn, (), item)
+    if type(item) is list:  # Pool.submit's positional and keyword arguments together
+        return call(fn, item[0], item[1])
+    # An _Unreadable: its reason goes where an ERROR's value is (see _decode).
+    return (Status.ERROR.value, NotStarted.UNREADABLE.value, item.text, None)
+
+
 class _Serve:  # pragma: no cover - worker only
     def __init__(
         self,
@@ -331,8 +354,11 @@ class _Serve:  # pragma: no cover - worker only
         cage: _contain.Cage,
         dropped: _Dropped,
         fence: mmap.mmap,
+        stack_w: int,
     ) -> None:
         self.fn = fn
+        #: Where faulthandler writes the stack dump the caller asks for.
+        self.stack_w = stack_w
         self.dropped = dropped
         self.task_r = task_r
         self.result_w = result_w
@@ -401,14 +427,7 @@ class _Serve:  # pragma: no cover - worker only
         # struct: at 50 µs an item, the guard's own microseconds are what throughput is made of.
         cpu_before = self.cpu_mark
         start = time.perf_counter()
-        if type(item) is tuple:
-            frame = call(self.fn, item, _NO_KWARGS)
-        elif type(item) is dict:
-            frame = call(self.fn, (), item)
-        elif type(item) is list:  # Pool.submit's positional and keyword arguments together
-            frame = call(self.fn, item[0], item[1])
-        else:  # an _Unreadable: its reason goes where an ERROR's value is (see _decode)
-            frame = (Status.ERROR.value, NotStarted.UNREADABLE.value, item.text, None)
+        frame = call_item(self.fn, item)
         # Pickled before the checks below, as pickling runs the value's __reduce__: code of
         # the call's, which may change the state, fork or start a thread just as well.
         payload = result_payload(frame)
@@ -417,12 +436,7 @@ class _Serve:  # pragma: no cover - worker only
         wall = time.perf_counter() - start
         alone = _thread_count() == self.threads
         leaked = self._leaked(alone)
-        output, dropped = b"", 0
-        if self.output_poll.poll(0):
-            # The call may have cleared O_NONBLOCK on it (any of our descriptors is the call's
-            # to change): the read would then wait, after a later item, for output never sent.
-            os.set_blocking(self.output_r, False)
-            output, dropped = read_bounded(self.output_r, OUTPUT_LIMIT)
+        output, dropped = self._output()
         if self.dropped.count:
             dropped += self.dropped.count
             self.dropped.count = 0
@@ -460,6 +474,15 @@ class _Serve:  # pragma: no cover - worker only
         # them unstarted, and the caller hands them out again.
         if leaving or self.fence[0] == index + 1:
             os._exit(RETIRED)
+
+    def _output(self) -> tuple[bytes, int]:
+        """What the call printed, and how much of it did not fit; cheap when it printed none."""
+        if not self.output_poll.poll(0):
+            return b"", 0
+        # The call may have cleared O_NONBLOCK on it (any of our descriptors is the call's to
+        # change): the read would then wait, after a later item, for output never sent.
+        os.set_blocking(self.output_r, False)
+        return read_bounded(self.output_r, OUTPUT_LIMIT)
 
     def _leaked(self, alone: bool) -> int:
         """Kill what the item left running; cheap when it started nothing."""

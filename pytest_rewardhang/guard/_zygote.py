@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from . import _cgroup, _contain, _libc, _procfs, _reap, _treekill
 from ._child import call, null_stdin
+from ._isolate import Isolated
 from ._outcome import Status
 from ._spec import SpecError, load_callable
 from ._wire import (
@@ -66,7 +67,7 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
     # Inherited ignore dispositions survive exec; ignored SIGCHLD would reap workers unseen.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
-        path, target, memory_mb, warm = read_config(sock.recv)
+        path, target, memory_mb, warm, isolate = read_config(sock.recv)
     except Exception:  # noqa: BLE001 - the caller went away (interrupted, say) before it was sent
         os._exit(1)
     sys.path[:] = path
@@ -90,7 +91,7 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
     # writing to it, which would copy each page into each worker on its first collection.
     gc.freeze()
     sock.send(MSG_READY)
-    _Zygote(sock, caller_pidfd, fn, memory_mb).loop()
+    _Zygote(sock, caller_pidfd, fn, memory_mb, isolate).loop()
     os._exit(0)
 
 
@@ -100,6 +101,7 @@ def serve_forked(
     memory_mb: float | None,
     caller: int,
     warmup: Warmup,
+    isolate: bool,
 ) -> None:  # pragma: no cover - runs in a zygote forked from the caller; never returns
     """The zygote of a callable that no fresh interpreter can import, forked from the caller.
 
@@ -125,7 +127,7 @@ def serve_forked(
         _libc.become_subreaper(None)
         gc.freeze()
         sock.send(MSG_READY)
-        _Zygote(sock, caller_pidfd, fn, memory_mb).loop()
+        _Zygote(sock, caller_pidfd, fn, memory_mb, isolate).loop()
         code = 0
     finally:
         os._exit(code)
@@ -209,6 +211,7 @@ class _Zygote:  # pragma: no cover - zygote only
         caller_pidfd: int,
         fn: Callable[..., Any],
         memory_mb: float | None,
+        isolate: bool,
     ) -> None:
         self.sock = sock
         self.caller_pidfd = caller_pidfd
@@ -220,6 +223,8 @@ class _Zygote:  # pragma: no cover - zygote only
         self.namespace = self.strategy.workers(caller_pidfd)
         self.fn = fn
         self.memory_mb = memory_mb
+        #: Each item in a process of its own, forked from the worker: see Pool's ``isolate``.
+        self.isolate = isolate
         self.workers: dict[int, tuple[int, int]] = {}
         #: Each worker's cage: its cgroup, where cgroups contain the workers (see ._contain).
         self.cages: dict[int, _contain.Cage] = {}
@@ -318,7 +323,8 @@ class _Zygote:  # pragma: no cover - zygote only
                 os.setsid()
                 subreaper = _libc.become_subreaper(parent)
                 pipes = dict(zip(PIPE_ROLES, fds, strict=True))
-                serve(self.fn, pipes, self.memory_mb, subreaper, cage)
+                serving = Isolated if self.isolate else None
+                serve(self.fn, pipes, self.memory_mb, subreaper, cage, serving)
             finally:
                 os._exit(70)
         for fd in fds:

@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 import pytest_rewardhang.adapters.verl as verl_adapter
+from pytest_rewardhang.adapters import _shared
 from pytest_rewardhang.adapters.trl import async_pooled_reward, pooled_reward
 from tests.adapters._scorers import BUDGET, SLACK, spec
 
@@ -311,6 +312,20 @@ def test_trl_scores_per_sample_with_only_what_the_scorer_takes(
     assert "accuracy: timeout" in caplog.text
     chat = [[{"role": "assistant", "content": "it is 42"}]]
     assert trl_call(reward, chat, ground_truth=["42"]) == [1.0]
+
+
+def test_isolate_passes_through_to_the_pool_and_a_hang_still_costs_only_its_sample(
+    make_reward: Callable[..., Any],
+) -> None:
+    # The adapters know no kind of scorer: isolate=True is the caller's to ask for.
+    reward = make_reward(spec("accuracy"), budget=BUDGET, default=None, workers=1, isolate=True)
+    assert trl_call(reward, ["= 42"], ground_truth=["42"]) == [1.0]  # starts the pool
+    [pool] = [p for key, p in _shared._pools.items() if key[0] == spec("accuracy")]
+    assert pool._engine.processes.isolate
+    start = time.perf_counter()
+    scores = trl_call(reward, ["x = 42", "hang", "y = 41", "z = 42"], ground_truth=["42"] * 4)
+    assert time.perf_counter() - start <= BUDGET + SLACK
+    assert scores == [1.0, None, 0.0, 1.0]
 
 
 def test_trl_scorer_with_kwargs_gets_columns_never_batch_wide_objects(

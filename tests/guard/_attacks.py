@@ -4,8 +4,11 @@ the standard library only, so that its fresh interpreter imports no pytest to se
 
 from __future__ import annotations
 
+import builtins
 import ctypes
 import errno
+import faulthandler
+import importlib
 import os
 import resource
 import signal
@@ -14,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from typing import Any
 
 from pytest_rewardhang.guard._wire import MAGIC, RESULT, result_frame
@@ -158,7 +162,96 @@ def attack(kind: str, arg: str = "", burn_s: float = 0.0) -> Any:
             os.getpriority(os.PRIO_PROCESS, 0),
             sorted(os.sched_getaffinity(0)),
         )
+    if kind in REACHING:
+        return reach(kind)
+    if kind == "probe-later":
+        return probe(0.4)
     raise ValueError(kind)
+
+
+#: Attacks on what the warm worker cannot put back, each aimed at later items (see ``probe``).
+REACHING = (
+    "patch-builtins",
+    "patch-guard",
+    "replace-module",
+    "signal-handler",
+    "watchdog",
+    "thread-patches",
+    "nofile-cpu",
+    "env-cwd-umask",
+)
+
+
+def reach(kind: str) -> str:
+    if kind == "patch-builtins":
+        builtins.sum = lambda *_: 1.0  # type: ignore[assignment]
+        builtins.len = lambda *_: 1
+    elif kind == "patch-guard":  # every later call of the worker's answers 1.0
+        worker = sys.modules["pytest_rewardhang.guard._worker"]
+        worker.call = lambda *_: ("ok", 1.0, None, None)  # type: ignore[attr-defined]
+    elif kind == "replace-module":
+        fake = types.ModuleType("json")
+        fake.dumps = lambda *_: "1.0"  # type: ignore[attr-defined]
+        sys.modules["json"] = fake
+    elif kind == "signal-handler":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR1, lambda *_: None)
+    elif kind == "watchdog":  # ends whatever process it is in, 0.3 s on
+        faulthandler.dump_traceback_later(0.3, exit=True)
+    elif kind == "thread-patches":
+
+        def patch() -> None:
+            time.sleep(0.05)
+            builtins.sum = lambda *_: 1.0  # type: ignore[assignment]
+
+        threading.Thread(target=patch, daemon=True).start()
+    elif kind == "nofile-cpu":
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (8, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
+        resource.setrlimit(resource.RLIMIT_CPU, (1, resource.getrlimit(resource.RLIMIT_CPU)[1]))
+    elif kind == "env-cwd-umask":
+        os.environ["REWARDHANG_POISON"] = "1"
+        os.chdir("/")
+        os.umask(0o777)
+    return kind
+
+
+def probe(seconds: float) -> tuple[Any, ...]:
+    """What an innocent item sees of the process, after ``seconds`` (for what strikes later)."""
+    time.sleep(seconds)
+    descriptors = [os.open(os.devnull, os.O_RDONLY) for _ in range(16)]
+    for fd in descriptors:
+        os.close(fd)
+    return (
+        sum([1, 2]),
+        len([1, 2, 3]),
+        importlib.import_module("json").dumps([1]),
+        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
+        signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL,
+        resource.getrlimit(resource.RLIMIT_CPU),
+        os.environ.get("REWARDHANG_POISON"),
+        os.getcwd(),
+        os.umask(0o022),
+        threading.active_count(),
+    )
+
+
+def crash(how: str, mb: int = 0) -> int:
+    """An isolated item that dies: ``exit`` (os._exit), ``segv`` (through ctypes), ``memory``."""
+    if how == "exit":
+        os._exit(3)
+    if how == "segv":
+        ctypes.string_at(0)
+    if how == "memory":
+        return len(bytearray(mb * 1024 * 1024))
+    if how == "hang":
+        time.sleep(3600)
+    if how == "fork-sleep":  # a child left sleeping, holding what the call's process held
+        if os.fork() == 0:
+            time.sleep(3600)
+        return 1
+    return 0
 
 
 def serving() -> tuple[Any, int]:
