@@ -300,6 +300,19 @@ def test_every_exception_the_guard_exports_is_in_the_reference() -> None:
         assert hasattr(guard.Outcome, name), name
 
 
+def test_every_test_the_threat_model_names_exists() -> None:
+    """Each promise on docs/threat-model.md names the tests that hold it: they must exist."""
+    page = (DOCS / "threat-model.md").read_text()
+    named = set(re.findall(r"`(test_\w+)`", page))
+    files = set(re.findall(r"`(tests/[\w/]+\.py)`", page))
+    assert len(named) >= 15, named
+    defined = set()
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        defined |= set(re.findall(r"^def (test_\w+)\(", path.read_text(), flags=re.M))
+    assert sorted(named - defined) == []
+    assert sorted(f for f in files if not (ROOT / f).is_file()) == []
+
+
 def test_relative_links_resolve() -> None:
     for page in PAGES:
         prose = re.sub(r"`[^`\n]*`", "", page.read_text())  # a regex in code is not a link
