@@ -496,7 +496,7 @@ def _at(dir_fd: int) -> Callable[[str, int], int]:
     return lambda name, flags: os.open(name, flags, dir_fd=dir_fd)
 
 
-def _rmdir(name: str, dir_fd: int | None, until: float) -> bool:
+def rmdir_when_empty(name: str, dir_fd: int | None, until: float) -> bool:
     """Remove one folder once it is empty, waiting until ``until``; False if it is not."""
     backoff = _backoff.Backoff(until)
     while True:
@@ -515,9 +515,9 @@ def _remove(path: str, until: float) -> bool:
     with contextlib.suppress(OSError):
         for _, folders, _, fd in os.fwalk(path, topdown=False):
             for folder in folders:
-                if not _rmdir(folder, fd, until):
+                if not rmdir_when_empty(folder, fd, until):
                     return False
-    return _rmdir(path, None, until)
+    return rmdir_when_empty(path, None, until)
 
 
 def _sweep() -> None:

@@ -133,21 +133,7 @@ def _probe(confinement: Confinement) -> bool:
         Confinement.NO_NETWORK: _no_network,
         Confinement.UNPRIVILEGED: _unprivileged,
     }[confinement]
-    try:
-        pid = os.fork()
-    except OSError:
-        return False
-    if pid == 0:  # pragma: no cover - the throwaway child
-        code = 1
-        try:
-            code = 0 if enter() else 1
-        finally:
-            os._exit(code)
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:  # the caller ignores SIGCHLD: the answer is lost
-        return False
-    return status == 0
+    return _libc.probe_in_child(enter)
 
 
 @dataclass

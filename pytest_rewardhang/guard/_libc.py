@@ -9,6 +9,7 @@ import ctypes
 import os
 import signal
 import sys
+from collections.abc import Callable
 from functools import cache
 
 _PR_SET_PDEATHSIG = 1
@@ -100,10 +101,9 @@ def pid_namespaces() -> bool:
     return _namespaces[0]
 
 
-def _probe_namespaces() -> bool:
-    libc = _libc()
-    if libc is None or not hasattr(os, "pidfd_open"):
-        return False
+def probe_in_child(works: Callable[[], bool]) -> bool:
+    """Whether ``works()`` returns True in a throwaway child: a probe whose attempt (a new
+    namespace, a uid dropped) must not touch this process."""
     try:
         pid = os.fork()
     except OSError:
@@ -111,9 +111,7 @@ def _probe_namespaces() -> bool:
     if pid == 0:  # pragma: no cover - the throwaway child
         code = 1
         try:
-            own = open_pid_namespace()
-            if new_pid_namespace() and _forks_init(True) and back_to_pid_namespace(own):
-                code = 0 if _forks_init(False) else 1
+            code = 0 if works() else 1
         finally:
             os._exit(code)
     try:
@@ -121,6 +119,20 @@ def _probe_namespaces() -> bool:
     except ChildProcessError:  # the caller ignores SIGCHLD: the answer is lost
         return False
     return status == 0
+
+
+def _probe_namespaces() -> bool:
+    libc = _libc()
+    if libc is None or not hasattr(os, "pidfd_open"):
+        return False
+
+    def works() -> bool:  # pragma: no cover - the probe's child
+        own = open_pid_namespace()
+        if new_pid_namespace() and _forks_init(True) and back_to_pid_namespace(own):
+            return _forks_init(False)
+        return False
+
+    return probe_in_child(works)
 
 
 def _forks_init(expected: bool) -> bool:  # pragma: no cover - the probe's child

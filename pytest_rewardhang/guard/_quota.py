@@ -28,7 +28,7 @@ import itertools
 import os
 from dataclasses import dataclass, field
 
-from . import _backoff, _cgroup
+from . import _cgroup
 from ._outcome import Confinement
 
 #: How many tasks (processes and threads) a call may have at once by default.
@@ -65,7 +65,7 @@ def _remove_abandoned(home: str) -> None:
         for name in os.listdir(home):
             maker = name[len(_cgroup.PREFIX) :].partition("-")[0]
             if name.startswith(_cgroup.PREFIX) and maker.isdigit() and not _alive(int(maker)):
-                _rmdir(os.path.join(home, name), 0.0)
+                _cgroup.rmdir_when_empty(os.path.join(home, name), None, 0.0)
 
 
 def _alive(pid: int) -> bool:
@@ -155,12 +155,12 @@ class Quota:
         except OSError:
             return False
         if not _write(os.path.join(path, limit), value):
-            _rmdir(path, 0.0)
+            _cgroup.rmdir_when_empty(path, None, 0.0)
             return False
         try:
             procs = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
-            _rmdir(path, 0.0)
+            _cgroup.rmdir_when_empty(path, None, 0.0)
             return False
         _cgroup.close_in_children(procs)
         self.groups.append(path)
@@ -196,7 +196,7 @@ class Quota:
             os.close(self.alarm)
             self.alarm = None
         for path in self.groups:
-            if not _rmdir(path, until):
+            if not _cgroup.rmdir_when_empty(path, None, until):
                 _pending.append(path)
         self.groups.clear()
 
@@ -253,21 +253,8 @@ def _write(path: str, value: bytes) -> bool:
     return True
 
 
-def _rmdir(path: str, until: float) -> bool:
-    backoff = _backoff.Backoff(until)
-    while True:
-        try:
-            os.rmdir(path)
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError:  # EBUSY: members still exiting
-            if not backoff.sleep():
-                return False
-
-
 def _sweep() -> None:
     for path in list(_pending):
-        if _rmdir(path, 0.0):
+        if _cgroup.rmdir_when_empty(path, None, 0.0):
             with contextlib.suppress(ValueError):
                 _pending.remove(path)
