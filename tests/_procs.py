@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -138,3 +140,20 @@ def orphan_grandchildren(count: int, pidfile: str) -> list[str]:
         orphans = f.read().split()
     Path(pidfile).write_text(" ".join(orphans))
     return orphans
+
+
+#: The checkout: scripts run from it import ``tests`` and the package as the tests do.
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def python_c(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -c script args`` from the checkout, its output captured, bounded by ``timeout``:
+    for an attack whose failure would kill or bloat the process that runs it."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=CHECKOUT,
+    )

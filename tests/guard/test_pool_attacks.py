@@ -18,6 +18,7 @@ import pytest
 
 from pytest_rewardhang.guard import Pool, Status
 from pytest_rewardhang.guard._wire import RESULT_LIMIT, RETIRED
+from tests._procs import python_c
 from tests.conftest import assert_dead, state
 from tests.guard._attacks import (
     BigCallable,
@@ -493,14 +494,7 @@ print(sum(o.ok for o in outs), sum(o.ok for o in subs), flush=True)
 def test_a_caller_with_the_default_sigpipe_survives_its_workers_deaths(kind: str) -> None:
     # Writing a batch to a worker its item just ended sent the caller SIGPIPE: with the default
     # disposition it died (status -13) within a second, from map() and from the driver thread.
-    done = subprocess.run(
-        [sys.executable, "-c", SIGPIPE_CALLER, kind],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    done = python_c(SIGPIPE_CALLER, kind, timeout=120)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert done.stdout.split() == ["50", "100"]
 
@@ -522,14 +516,7 @@ print(flood.status, after.value, again.value, grown, flush=True)
 @pytest.mark.parametrize("kind", ["zygote", "caller"])
 def test_a_flooded_result_pipe_holds_the_pool_to_the_result_bound(kind: str) -> None:
     # A header claiming 4 GiB, then bytes: the caller held them all, waiting for the rest.
-    done = subprocess.run(
-        [sys.executable, "-c", POOL_FLOOD, kind],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    done = python_c(POOL_FLOOD, kind, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     status, after, again, grown = done.stdout.split()
     assert (status, after, again) == ("crashed", "set", "set"), done.stdout

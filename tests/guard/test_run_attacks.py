@@ -26,6 +26,7 @@ import pytest_rewardhang
 from pytest_rewardhang.guard import CallFailed, Pool, Status, guarded, run
 from pytest_rewardhang.guard._decode import decode
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL, RESULT_LIMIT
+from tests._procs import python_c
 from tests.conftest import kill_everything_below, pipes, sigint_storm, state
 
 #: Where the package under test is imported from, for the subprocesses.
@@ -797,14 +798,7 @@ print(out.status, grown, out.error, flush=True)
 @pytest.mark.parametrize("how", ["garbage", "header"])
 def test_a_flooded_result_pipe_holds_the_caller_to_the_result_bound(how: str) -> None:
     # The caller kept all of it: about a GiB a second of budget, until it was OOM-killed.
-    done = subprocess.run(
-        [sys.executable, "-c", FLOOD, how],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=ROOT,
-    )
+    done = python_c(FLOOD, how, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     status, grown, error = done.stdout.split(maxsplit=2)
     assert status == "error", done.stdout
