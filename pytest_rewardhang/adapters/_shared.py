@@ -39,6 +39,17 @@ _failed: dict[tuple[Any, ...], tuple[type[Exception], str]] = {}
 #: samples of that pool.
 _starting: dict[tuple[Any, ...], threading.Lock] = {}
 _lock = threading.Lock()
+
+
+def _reinit_after_fork() -> None:
+    # A thread of the parent's may have held these at the fork, for good in the child, which
+    # starts pools of its own (they are keyed by pid).
+    global _lock
+    _lock = threading.Lock()
+    _starting.clear()
+
+
+os.register_at_fork(after_in_child=_reinit_after_fork)
 _SNIPPET = 200
 #: How long reading a scorer's signature may take: importing it in a forked child.
 _PROBE_S = 120.0

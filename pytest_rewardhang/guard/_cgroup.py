@@ -115,6 +115,9 @@ _open: set[int] = set()
 
 
 def _forget() -> None:  # a forked child makes a folder (and a keeper) of its own, if it needs one
+    # The lock too: a thread of the parent's may have held it at the fork, for good here.
+    global _lock
+    _lock = threading.Lock()
     _home.clear()
     _joined.clear()
     _keeper.clear()

@@ -41,6 +41,14 @@ _ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
 _ENGINES_LOCK = threading.Lock()
 
 
+def _reinit_after_fork() -> None:  # a parent's thread may have held it at the fork
+    global _ENGINES_LOCK
+    _ENGINES_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reinit_after_fork)
+
+
 class Engine(Driver):
     """Everything the pool owns. Holds no reference to the :class:`Pool`, so GC can close it."""
 

@@ -82,6 +82,10 @@ def captured_by_dup2(path: str) -> str:
     return Path(path).read_text()
 
 
+def one(*_: Any) -> int:
+    return 1
+
+
 def pid(*_: Any) -> int:
     return os.getpid()
 
