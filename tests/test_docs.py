@@ -296,7 +296,12 @@ def test_every_exception_the_guard_exports_is_in_the_reference() -> None:
     assert set(re.findall(r"^\| `(\w+)`", section, flags=re.M)) == exported
     for reason in guard.NotStarted:
         assert f"`NotStarted.{reason.name}`" in section
-    for name in [*re.findall(r"`Outcome\.(\w+)", section), "not_started", "output_dropped"]:
+    for name in [
+        *re.findall(r"`Outcome\.(\w+)", section),
+        "not_started",
+        "output_dropped",
+        "pool_ended",
+    ]:
         assert hasattr(guard.Outcome, name), name
 
 

@@ -262,20 +262,29 @@ def _unshippable(out: Outcome) -> bool:
     return out.not_started is not None
 
 
+#: (scorer, why) of each pool that ended under the adapters' samples: said once each.
+_ended: set[tuple[str, str]] = set()
+
+
 def value_or_default(
     out: Outcome, default: Any, sample: Mapping[str, Any], hang_log: str | None, who: str
 ) -> Any:
     """The score, or ``default`` with one warning line (and a JSON line) naming the sample."""
     if out.status is Status.OK:
         return out.value
-    if out.status is Status.ERROR and not _unshippable(out):
+    if out.status is Status.ERROR and not (_unshippable(out) or out.pool_ended):
         raise out.to_exception()
     shown = {key: _snippet(value) for key, value in sample.items()}
-    why = out.describe() if not _unshippable(out) else (out.error or "").strip()
-    log.warning("%s: %s; scored %r for %s", who, why, default, shown)
+    why = out.describe() if out.status is not Status.ERROR else (out.error or "").strip()
+    if not out.pool_ended:
+        log.warning("%s: %s; scored %r for %s", who, why, default, shown)
+    elif (who, why) not in _ended:  # one line for all the samples it held; a new pool next
+        _ended.add((who, why))
+        log.warning("%s: %s; scored %r for every sample it held", who, why, default)
     if hang_log:
         record = {
             "status": "unshippable" if _unshippable(out) else str(out.status),
+            "pool_ended": out.pool_ended,
             "describe": why,
             "stuck_at": out.stuck_at,
             "default": default,

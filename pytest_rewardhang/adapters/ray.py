@@ -23,6 +23,7 @@ its own ``RewardComputeWorker``.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import Counter
@@ -34,6 +35,7 @@ from pytest_rewardhang import guard
 __all__ = ["RewardActor", "actors_per_node"]
 
 _Item = tuple[Any, ...] | Mapping[str, Any]
+_log = logging.getLogger("pytest_rewardhang.adapters")
 
 
 class RewardActor:
@@ -49,15 +51,16 @@ class RewardActor:
         warmup: _Item | None = None,
         isolate: bool = False,
     ) -> None:
+        self._options: dict[str, Any] = {
+            "workers": workers,
+            "budget": budget,
+            "memory_mb": memory_mb,
+            "warmup": warmup,
+            "isolate": isolate,
+        }
+        self._scorer = scorer
         # Made here, once per actor process: warm before the first call, gone with the actor.
-        self.pool = guard.Pool(
-            scorer,
-            workers=workers,
-            budget=budget,
-            memory_mb=memory_mb,
-            warmup=warmup,
-            isolate=isolate,
-        )
+        self.pool = guard.Pool(scorer, **self._options)
         self.default = default
         self.statuses: Counter[str] = Counter()
         self._counting = threading.Lock()  # calls in flight run on Ray's threads at once
@@ -69,12 +72,29 @@ class RewardActor:
     def score_with_status(self, batch: Sequence[_Item]) -> list[tuple[Any, str]]:
         """One ``(score, status)`` per item: ``"ok"``, or why it got ``default`` (``"timeout"``,
         ``"crashed"``, ``"memory"``, ``"error"``)."""
-        return [self._scored(out) for out in self.pool.map(list(batch))]
+        items = list(batch)
+        pool = self._live_pool()
+        try:
+            outs = pool.map(items)
+        except (guard.PoolError, ValueError):
+            if not pool.closed:
+                raise  # a bad item (map's ValueError), not the pool
+            # It failed (in this thread, which drove it; another's outcomes say pool_ended).
+            _log.warning("RewardActor: the pool failed; scored %r for its batch", self.default)
+            outs = [guard.Outcome(guard.Status.ERROR, pool_ended=True)] * len(items)
+        return [self._scored(out) for out in outs]
+
+    def _live_pool(self) -> guard.Pool:
+        """The pool, made anew if it failed (a zygote that could not be started again)."""
+        with self._counting:
+            if self.pool.closed:
+                self.pool = guard.Pool(self._scorer, **self._options)
+            return self.pool
 
     def compute_score(self, **kwargs: Any) -> Any:
         """One item by keyword, as verl's remote reward manager calls its reward workers
         (``data_source``, ``solution_str``, ``ground_truth``, ``extra_info``)."""
-        return self._scored(self.pool.submit(**kwargs).result())[0]
+        return self._scored(self._live_pool().submit(**kwargs).result())[0]
 
     def stats(self) -> dict[str, Any]:
         """This actor's process and node, and how many items ended in each status."""

@@ -272,7 +272,12 @@ class Answers:
         if current is not None and self.ledger.remaining:
             index = current[0]
             back.pop(0)
-            if not worker.never_started(index, retired):
+            if worker.orphaned is not None and index not in self.ledger.suspected:
+                self.ledger.suspects.append(index)
+                self.ledger.suspected.add(index)
+            elif not worker.never_started(index, retired):
+                if worker.orphaned is not None:
+                    worker.lost = worker.orphaned
                 drained = worker.take_drained(self.watched)
                 outcome = death_outcome(
                     worker, current, now, status, cpu, rss, leaked, drained, self.budget

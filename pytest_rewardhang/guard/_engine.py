@@ -35,6 +35,8 @@ _MAX_POLL_MS = 1 << 30
 #: subprocess writing more than the pipe holds to fd 1 (which must stay blocking for them)
 #: waited in write() until the deadline, and was reported a hang.
 _DRAIN_AFTER_S = 0.05
+#: How long after a suspect ran alone the next one starts: see Engine._dispatch_suspect.
+_SETTLE_S = 0.1
 
 #: Every engine alive in this process, for the descriptors a closure's zygote must not keep.
 _ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
@@ -72,6 +74,9 @@ class Engine(Driver):
         self.workers = self.processes.workers
         #: Who gets which items, and whose are taken back: see _schedule.
         self.schedule = Schedule(workers)
+        #: The worker running a suspect alone, and when the next may go: see _dispatch_suspect.
+        self.alone: Worker | None = None
+        self.settled = 0.0
         self.answers = answers = Answers(
             workers,
             budget,
@@ -168,6 +173,13 @@ class Engine(Driver):
     def _dispatch(self) -> float:
         """Hand out batches; how long results may gather before any worker runs dry."""
         ledger = self.ledger
+        alone = self.alone
+        if alone is not None and (not alone.sent or alone.phase is DEAD):
+            self.alone = None
+            self.settled = time.monotonic() + _SETTLE_S
+        if ledger.suspects or self.alone is not None:
+            self._dispatch_suspect()
+            return 0.0
         if not ledger.queue and not ledger.retry:
             return 0.0
         schedule = self.schedule
@@ -184,6 +196,19 @@ class Engine(Driver):
         for worker, take in assignments:
             self._send(worker, [ledger.queue.popleft() for _ in range(take)])
         return schedule.gather(serving, per_batch)
+
+    def _dispatch_suspect(self) -> None:
+        """The next suspect, alone in the pool once nothing else runs: see Ledger.suspects.
+
+        Not until ``_SETTLE_S`` after the last one ended: one that kills the zygote and then
+        answers at once would else have the next charged with it.
+        """
+        if any(w.sent for w in self.workers.values()) or time.monotonic() < self.settled:
+            return
+        serving = self.schedule.serving(self.workers.values())
+        if serving and self.ledger.suspects:
+            self.alone = serving[0]
+            self._send(serving[0], [self.ledger.suspects.popleft()])
 
     def _send(self, worker: Worker, batch: list[int]) -> None:
         pickled = self.ledger.pickled(batch)
@@ -212,6 +237,8 @@ class Engine(Driver):
             if worker.drained is None:
                 due = min(due, start + _DRAIN_AFTER_S)
             earliest = min(earliest, due)
+        if self.ledger.suspects and self.settled > time.monotonic():
+            earliest = min(earliest, self.settled)
         if earliest == math.inf:
             return None
         return min(_MAX_POLL_MS, max(0, math.ceil((earliest - time.monotonic()) * 1000)))

@@ -82,6 +82,7 @@ class Worker:
         "kill_time",
         "last_end",
         "lost",
+        "orphaned",
         "phase",
         "pid",
         "pidfd",
@@ -124,6 +125,8 @@ class Worker:
         self.requested = time.monotonic()
         #: Why this worker's current item ended, when not by its own doing or a timeout.
         self.lost: str | None = None
+        #: Why its zygote was replaced while it ran an item (see Ledger.suspects).
+        self.orphaned: str | None = None
         #: The last item the fence was written for (see FENCE); and the item handed to it next,
         #: once that one answered anyway (NEXT until there is one): if the worker then
         #: retires, that item never started.

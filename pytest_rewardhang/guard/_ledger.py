@@ -77,6 +77,8 @@ class Ledger:
         "retry",
         "sinks",
         "slots",
+        "suspected",
+        "suspects",
         "turn",
     )
 
@@ -97,6 +99,13 @@ class Ledger:
         #: steal. They go out one at a time, one per worker, so two hangs that waited behind a
         #: third never end up behind each other.
         self.retry: deque[int] = deque()
+        #: Items that were running when the pool's zygote died: any of them may have killed
+        #: it, or the item answered just before. Each runs again, alone in the pool (see
+        #: Engine._dispatch_suspect), so that only the one that does it again is charged with
+        #: it, and the others get answers of their own.
+        self.suspects: deque[int] = deque()
+        #: Every item made a suspect and not finished yet: a second time, it is charged.
+        self.suspected: set[int] = set()
         self.remaining = 0
 
     def take(self, entry: Entry) -> None:
@@ -129,7 +138,7 @@ class Ledger:
         if batch.base < 0:
             return
         mine = range(batch.base, batch.base + len(batch.items))
-        for waiting in (self.queue, self.retry):
+        for waiting in (self.queue, self.retry, self.suspects):
             dropped = [i for i in waiting if i in mine]
             if dropped:
                 kept = [i for i in waiting if i not in mine]
@@ -143,6 +152,7 @@ class Ledger:
         sink = self.sinks.pop(index, None)
         if sink is None:
             return
+        self.suspected.discard(index)
         del self.items[index]
         self.remaining -= 1
         if type(sink) is Batch:
@@ -162,7 +172,9 @@ class Ledger:
         """End every item not answered yet with an ERROR saying ``why``."""
         self.queue.clear()
         self.retry.clear()
-        ended = Outcome(Status.ERROR, error=why, budget=self.budget)
+        self.suspects.clear()
+        self.suspected.clear()
+        ended = Outcome(Status.ERROR, error=why, budget=self.budget, pool_ended=True)
         for index in list(self.sinks):
             self.finish(index, ended)
 

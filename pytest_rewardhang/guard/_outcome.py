@@ -322,6 +322,9 @@ class Outcome:
     output_dropped: int = 0
     #: Why the item never reached its scorer; None when it did (or may have).
     not_started: NotStarted | None = None
+    #: The pool closed, or failed, before it answered the item (an ERROR; ``error`` says
+    #: why): the outcome is the pool's, not the item's own.
+    pool_ended: bool = False
     #: The limits the call ran under (see :class:`Confinement`).
     confined: frozenset[Confinement] = UNCONFINED
 
@@ -423,6 +426,7 @@ class _Unfrozen:
     containment: Containment
     output_dropped: int
     not_started: NotStarted | None
+    pool_ended: bool
     confined: frozenset[Confinement]
 
 
@@ -466,6 +470,7 @@ def ok_outcome(
     outcome.containment = containment
     outcome.output_dropped = 0
     outcome.not_started = None
+    outcome.pool_ended = False
     outcome.confined = UNCONFINED
     outcome.__class__ = Outcome
     made: Outcome = outcome

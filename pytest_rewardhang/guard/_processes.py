@@ -214,14 +214,18 @@ class Processes:
             old.close()
             self.zygote = None
         text = (
-            f"the pool's zygote {why} (an item stopped or killed it, this one or one running "
-            "beside it), so the caller killed it and every worker; this item was not run again"
+            f"the pool's zygote {why} while this item ran, twice: the second time alone in "
+            "the pool (it, or a process it started, stopped or killed the zygote), so the "
+            "caller killed the zygote and its workers"
         )
+        in_flight = any(w.current() is not None for w in self.workers.values())
         for worker in list(self.workers.values()):
             if not worker.killed:  # a worker killed at its deadline stays a timeout
-                worker.lost = text
+                worker.orphaned = text  # its item runs again, alone: see Ledger.suspects
             died(worker, -1, math.nan, 0.0, 0)
-        self.replaced += 1
+        # Only a death no item can be charged with counts towards giving up; an item that
+        # ran is charged with it, or runs again alone (a bounded number of times).
+        self.replaced = 0 if in_flight else self.replaced + 1
         if self.replaced > _MAX_REPLACED:
             raise PoolError(f"the pool's zygote {why}, {self.replaced} times in a row")
         if self.stopped:

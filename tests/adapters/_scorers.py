@@ -140,3 +140,9 @@ def _response(args: tuple[Any, ...], sample: dict[str, Any]) -> Any:
 
 #: What each trainer calls the response: verl, TRL and verifiers, OpenRLHF and slime.
 _RESPONSE = ("solution_str", "completion", "response")
+
+
+def sleeps(response: Any) -> Any:
+    """Sleeps ``response`` seconds: samples still running or queued when a pool closes."""
+    time.sleep(float(response))
+    return 1.0

@@ -376,3 +376,44 @@ def test_trl_scorer_error_worded_like_the_guard_is_raised_not_scored(
     reward = make_reward(spec("accuracy"), budget=BUDGET, default=0.0)
     with pytest.raises(ValueError, match="the item could not be pickled"):
         trl_call(reward, ["raise like the guard"], ground_truth=["42"])
+
+
+@pytest.mark.timeout(180)
+def test_samples_of_a_pool_that_ends_under_them_score_the_default_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A pool that ends before it answers (closed at shutdown, or failed) ended its items with
+    # an ERROR, which the adapters raised into the trainer as CallFailed. Now each such sample
+    # gets the default, one warning line says why, and the next sample starts a pool again.
+    from pytest_rewardhang.adapters.generic import PooledScorer
+    from pytest_rewardhang.adapters.ray import RewardActor
+
+    scorer = PooledScorer(spec("sleeps"), budget=30.0, workers=1, default=-1.0)
+    actor = RewardActor(spec("sleeps"), budget=30.0, default=-1.0)
+    try:
+        assert scorer.score_sync("0") == 1.0
+        assert actor.score([("0",)]) == [1.0]
+        scored: list[Any] = []
+        samples = [{"response": "3"}] * 4
+        both = [
+            threading.Thread(target=lambda: scored.append(scorer.scoring.score_many(samples))),
+            threading.Thread(target=lambda: scored.append(actor.score([("3",)] * 4))),
+        ]
+        with caplog.at_level(logging.WARNING, logger="pytest_rewardhang.adapters"):
+            for thread in both:
+                thread.start()
+            time.sleep(0.5)
+            _shared.close_pools()
+            actor.pool.close()
+            for thread in both:
+                thread.join(60)
+        assert scored == [[-1.0] * 4] * 2
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 1, said  # one line for the pool, not one per sample
+        assert "closed" in said[0], said  # (the actor says so in its statuses)
+        assert actor.stats()["statuses"]["error"] == 4
+        assert scorer.score_sync("0") == 1.0
+        assert actor.score([("0",)]) == [1.0]
+    finally:
+        _shared.close_pools()
+        actor.pool.close()

@@ -28,6 +28,17 @@ from tests._procs import join_a_lingering_thread, orphan_grandchildren, pipes
 CALLER_PIPES = frozenset(pipes().values())
 
 
+def kills_its_zygote_or_not(item: str) -> str:
+    """A GRPO group's samples: "kill" ones kill the zygote (the worker's parent) and answer;
+    the others take a moment, so that they run beside one that does."""
+    if item == "kill":
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(0.05)
+        return "killed"
+    time.sleep(0.02)
+    return item
+
+
 def attack(kind: str, arg: str = "", burn_s: float = 0.0) -> Any:
     if kind == "stop-parent-and-hang":
         os.kill(os.getppid(), signal.SIGSTOP)

@@ -27,6 +27,7 @@ from tests.guard._attacks import (
     exits_with,
     hang_holding_memory,
     joins_a_thread,
+    kills_its_zygote_or_not,
     leaves_a_thread,
     near_deadline,
     orphan_then_crash,
@@ -65,6 +66,29 @@ def test_an_item_that_stops_or_kills_the_zygote(kind: str, launch: Launch) -> No
         assert hit.error is not None
         assert "zygote" in hit.error
     assert_dead([zygote.pid])
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_items_beside_ones_that_kill_the_zygote_get_answers_of_their_own(launch: Launch) -> None:
+    # Every item running beside one that killed the zygote was reported crashed ("not run
+    # again"); three such deaths in a row failed the pool, and the adapters raised into the
+    # trainer. Now each item running at a zygote's death runs again alone: only one that
+    # kills it again is charged, and the pool never gives up over items that can be charged.
+    items = [("kill",) if i % 3 == 0 or 8 <= i < 14 else (f"x{i}",) for i in range(30)]
+    with launch.pool(kills_its_zygote_or_not, workers=2, budget=5.0) as pool:
+        start = time.monotonic()
+        outs = pool.map(items)
+        elapsed = time.monotonic() - start
+        assert pool.map([("after",)])[0].value == "after"
+    assert elapsed < 120
+    for (item,), out in zip(items, outs, strict=True):
+        if item != "kill":
+            assert out.ok, (item, out.describe())
+            assert out.value == item
+        elif not out.ok:  # it may answer before the zygote's death is seen: its own answer
+            assert out.status is Status.CRASHED, out.describe()
+            assert "zygote" in (out.error or ""), out.error
+    assert any(not out.ok for (item,), out in zip(items, outs, strict=True) if item == "kill")
 
 
 # --- isolation ----------------------------------------------------------------------------------
