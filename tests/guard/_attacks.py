@@ -28,6 +28,21 @@ from tests._procs import join_a_lingering_thread, orphan_grandchildren, pipes
 CALLER_PIPES = frozenset(pipes().values())
 
 
+def limits_its_zygote(what: str) -> Any:
+    """``lower``: lower the zygote's limits, renice and re-pin it from outside (as any process
+    of its user may), then end the worker so that the next item gets one forked after it.
+    Anything else: what this worker inherited."""
+    if what == "lower":
+        zygote = os.getppid()
+        resource.prlimit(zygote, resource.RLIMIT_NOFILE, (32, 32))
+        resource.prlimit(zygote, resource.RLIMIT_AS, (1 << 31, 1 << 31))
+        os.setpriority(os.PRIO_PROCESS, zygote, 19)
+        os.sched_setaffinity(zygote, {min(os.sched_getaffinity(0))})
+        os._exit(1)
+    limits = [resource.getrlimit(r) for r in (resource.RLIMIT_NOFILE, resource.RLIMIT_AS)]
+    return limits, os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0))
+
+
 def kills_its_zygote_or_not(item: str) -> str:
     """A GRPO group's samples: "kill" ones kill the zygote (the worker's parent) and answer;
     the others take a moment, so that they run beside one that does."""

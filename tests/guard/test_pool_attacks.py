@@ -29,6 +29,7 @@ from tests.guard._attacks import (
     joins_a_thread,
     kills_its_zygote_or_not,
     leaves_a_thread,
+    limits_its_zygote,
     near_deadline,
     orphan_then_crash,
     quick,
@@ -89,6 +90,20 @@ def test_items_beside_ones_that_kill_the_zygote_get_answers_of_their_own(launch:
             assert out.status is Status.CRASHED, out.describe()
             assert "zygote" in (out.error or ""), out.error
     assert any(not out.ok for (item,), out in zip(items, outs, strict=True) if item == "kill")
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_an_item_that_lowers_the_zygotes_limits_charges_no_later_worker(launch: Launch) -> None:
+    # Every worker forked after it inherited the limits, nice value and CPUs the item gave the
+    # zygote. The zygote puts them back before each fork (or, unable to, is replaced).
+    with launch.pool(limits_its_zygote, workers=1, budget=10.0) as pool:
+        [before] = pool.map([("look",)])
+        [lowered] = pool.map([("lower",)])
+        [after] = pool.map([("look",)])
+    assert before.ok, before.describe()
+    assert lowered.status is Status.CRASHED, lowered.describe()
+    assert after.ok, after.describe()
+    assert after.value == before.value
 
 
 # --- isolation ----------------------------------------------------------------------------------
