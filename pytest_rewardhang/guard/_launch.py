@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import logging
 import os
 import pickle
 import select
@@ -67,6 +68,28 @@ _SIGNALS_TO_RESET = (
 _ZYGOTE_CODE = (
     "import sys; sys.path.insert(0, {root!r}); from {module} import main; main(joins={joins})"
 )
+
+
+log = logging.getLogger("pytest_rewardhang.guard")
+_said: set[str] = set()
+
+
+def _say_once(note: str, forked: bool) -> None:
+    """Warn, once per process and note, of what a scorer's import made that workers forked
+    from one process would share (a kill could leave its lock held for all of them)."""
+    if note in _said:
+        return
+    _said.add(note)
+    if forked:  # a closure: only this process has it, so no worker can import it by name
+        what = "make it in the scorer's first call instead, or serve a function by name"
+    else:
+        what = "so each worker imports the scorer itself (its workers start slower)"
+    log.warning(
+        "pool: the scorer comes with %s, which workers forked from one process share, and a"
+        " kill could leave it locked for all of them; %s",
+        note,
+        what,
+    )
 
 
 class PoolError(RuntimeError):
@@ -331,6 +354,8 @@ class Zygote:
             raise SpecError(reply[1:].decode("utf-8", "replace"))
         if reply[:1] == MSG_WARMUP_FAILED:
             raise PoolError(reply[1:].decode("utf-8", "replace"))
+        if len(reply) > 1:  # ready, with a note: see _zygote.shared_across_fork
+            _say_once(reply[1:].decode("utf-8", "replace"), self.forked)
         self.sock.setblocking(False)
 
     def fork_worker(self, wid: int, fds: list[int]) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import os
 import pickle
 import resource
@@ -56,8 +57,13 @@ from ._worker import ITIMERS, serve
 
 def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote process
     """The zygote's start; ``joins``: its caller made it a group, whose ``cgroup.procs`` is
-    open as GROUP_FD."""
-    if joins:
+    open as GROUP_FD. Started again by :func:`_import_in_each_worker`, it imports nothing."""
+    again = sys.argv[1:2] == [_AGAIN]
+    config = b""
+    if again:  # the config, as the caller sent it, is on GROUP_FD; we are in our group already
+        with open(GROUP_FD, "rb") as sent:
+            config = sent.read()
+    elif joins:
         _cgroup.join(GROUP_FD)
     os.closerange(SOCKET_FD + 1, 1 << 16)  # fds a C library in the caller forgot to mark CLOEXEC
     sock = socket.socket(fileno=SOCKET_FD)
@@ -67,11 +73,22 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
         os._exit(1)
     # Inherited ignore dispositions survive exec; ignored SIGCHLD would reap workers unseen.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    received = bytearray()
+
+    def receive(limit: int) -> bytes:
+        piece = sock.recv(limit)
+        received.extend(piece)
+        return piece
+
     try:
-        path, target, memory_mb, warm, isolate = read_config(sock.recv)
+        path, target, memory_mb, warm, isolate = read_config(
+            io.BytesIO(config).read if again else receive
+        )
     except Exception:  # noqa: BLE001 - the caller went away (interrupted, say) before it was sent
         os._exit(1)
     sys.path[:] = path
+    if again:
+        _serve_importing_in_each_worker(sock, caller_pidfd, target, memory_mb, warm, isolate)
     try:
         fn = _resolve(target)
     except BaseException as exc:  # noqa: BLE001 - the caller raises it with this text
@@ -84,6 +101,21 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
         what = f"{type(exc).__name__}: {exc}"
         _warmup_failed(sock, f"the warm-up item could not be unpickled in the zygote: {what}")
     warm_up(sock, fn, warmup)
+    shared = shared_across_fork()
+    if shared is not None:
+        _import_in_each_worker(bytes(received), shared)
+    _serve(sock, caller_pidfd, fn, memory_mb, isolate, b"")
+
+
+def _serve(
+    sock: socket.socket,
+    caller_pidfd: int,
+    fn: Callable[..., Any] | None,
+    memory_mb: float | None,
+    isolate: bool,
+    note: bytes,
+    load: Callable[[], Callable[..., Any]] | None = None,
+) -> NoReturn:  # pragma: no cover - zygote only
     _contain.prepare()  # before we adopt orphans
     # Orphans of a crashed worker come to us, to be killed. No death signal: the caller's pidfd
     # says when to go, and we take the workers with us.
@@ -91,9 +123,69 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
     # Everything imported so far is shared with every worker: keep the cyclic collector from
     # writing to it, which would copy each page into each worker on its first collection.
     gc.freeze()
-    sock.send(MSG_READY)
-    _Zygote(sock, caller_pidfd, fn, memory_mb, isolate).loop()
+    sock.send(MSG_READY + note)
+    _Zygote(sock, caller_pidfd, fn, memory_mb, isolate, load).loop()
     os._exit(0)
+
+
+#: The zygote's argument when :func:`_import_in_each_worker` starts it again.
+_AGAIN = "--import-in-each-worker"
+
+
+def shared_across_fork() -> str | None:  # pragma: no cover - zygote only
+    """What the scorer's import (and warm-up) made that every worker forked from one process
+    would share: a multiprocessing lock, queue, pool or executor, whose semaphores and heap
+    live in memory a fork shares. A worker killed while one of its processes held such a lock
+    leaves it held for every later worker (their calls then wait for ever), and what one item
+    writes there the next reads. None if there is none."""
+    found = [
+        sys.modules.get(name) for name in ("multiprocessing.synchronize", "multiprocessing.heap")
+    ]
+    kinds = tuple(
+        kind
+        for module, name in zip(found, ("SemLock", "Arena"), strict=True)
+        if module is not None and isinstance(kind := getattr(module, name, None), type)
+    )
+    if not kinds:
+        return None  # the usual case: no multiprocessing object can exist
+    for obj in gc.get_objects():
+        if isinstance(obj, kinds):
+            return f"a multiprocessing {type(obj).__name__} ({type(obj).__module__})"
+    return None
+
+
+def _import_in_each_worker(config: bytes, shared: str) -> NoReturn:  # pragma: no cover
+    """Start this zygote again, as a fresh interpreter that does not import the scorer: each
+    worker imports it after its fork, so that what the import makes is each worker's own."""
+    kept = os.memfd_create("rewardhang-config", 0)
+    view = memoryview(config)
+    while view:
+        view = view[os.write(kept, view) :]
+    os.lseek(kept, 0, os.SEEK_SET)
+    os.dup2(kept, GROUP_FD)
+    os.set_inheritable(SOCKET_FD, True)
+    os.execv(sys.executable, [*sys.orig_argv, _AGAIN, shared])  # noqa: S606 - ourselves again
+
+
+def _serve_importing_in_each_worker(
+    sock: socket.socket,
+    caller_pidfd: int,
+    target: tuple[Any, ...],
+    memory_mb: float | None,
+    warm: bytes | None,
+    isolate: bool,
+) -> NoReturn:  # pragma: no cover - zygote only
+    shared = sys.argv[2]
+
+    def load() -> Callable[..., Any]:  # in each worker, after its fork
+        fn = _resolve(target)
+        if warm is not None:
+            warmup = pickle.loads(warm)
+            args, kwargs = (warmup, {}) if isinstance(warmup, tuple) else ((), warmup)
+            call(fn, args, kwargs)
+        return fn
+
+    _serve(sock, caller_pidfd, None, memory_mb, isolate, shared.encode("utf-8", "replace"), load)
 
 
 def serve_forked(
@@ -127,7 +219,8 @@ def serve_forked(
         _contain.prepare()  # before we adopt orphans
         _libc.become_subreaper(None)
         gc.freeze()
-        sock.send(MSG_READY)
+        shared = shared_across_fork()
+        sock.send(MSG_READY + (b"" if shared is None else shared.encode("utf-8", "replace")))
         _Zygote(sock, caller_pidfd, fn, memory_mb, isolate).loop()
         code = 0
     finally:
@@ -239,9 +332,10 @@ class _Zygote:  # pragma: no cover - zygote only
         self,
         sock: socket.socket,
         caller_pidfd: int,
-        fn: Callable[..., Any],
+        fn: Callable[..., Any] | None,
         memory_mb: float | None,
         isolate: bool,
+        load: Callable[[], Callable[..., Any]] | None = None,
     ) -> None:
         self.sock = sock
         self.caller_pidfd = caller_pidfd
@@ -251,7 +345,10 @@ class _Zygote:  # pragma: no cover - zygote only
         _libc.prepare()
         self.strategy = _contain.strategy()
         self.namespace = self.strategy.workers(caller_pidfd)
+        #: The scorer; or, where its import makes what workers must not share, how each
+        #: worker imports it (see shared_across_fork).
         self.fn = fn
+        self.load = load
         self.memory_mb = memory_mb
         #: Each item in a process of its own, forked from the worker: see Pool's ``isolate``.
         self.isolate = isolate
@@ -360,7 +457,9 @@ class _Zygote:  # pragma: no cover - zygote only
                 subreaper = _libc.become_subreaper(parent)
                 pipes = dict(zip(PIPE_ROLES, fds, strict=True))
                 serving = Isolated if self.isolate else None
-                serve(self.fn, pipes, self.memory_mb, subreaper, cage, serving)
+                fn = self.fn if self.load is None else self.load()
+                assert fn is not None
+                serve(fn, pipes, self.memory_mb, subreaper, cage, serving)
             finally:
                 os._exit(70)
         for fd in fds:

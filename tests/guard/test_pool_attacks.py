@@ -6,6 +6,7 @@ budget plus seconds, leave nothing behind, and charge no item but the attacker's
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import signal
@@ -104,6 +105,28 @@ def test_an_item_that_lowers_the_zygotes_limits_charges_no_later_worker(launch: 
     assert lowered.status is Status.CRASHED, lowered.describe()
     assert after.ok, after.describe()
     assert after.value == before.value
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_scorer_making_an_executor_at_import_survives_its_items_kills(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Every worker shared the executor's semaphores with the zygote that imported the module:
+    # after the first kill, every later item waited on its queue's lock until its deadline.
+    # Now the zygote sees what the import made, and each worker imports the scorer itself.
+    # By name: imported here, the module would make its executor in the test process too.
+    scorer = "tests.guard._executor_scorer:uses_its_executor"
+    items = [("ab",), ("hang",), ("abc",), ("hang",), ("abcd",)]
+    with (
+        caplog.at_level(logging.WARNING, logger="pytest_rewardhang.guard"),
+        Pool(scorer, workers=1, budget=1.5) as pool,
+    ):
+        outs = pool.map(items)
+    assert [out.status for out in outs] == [Status.OK, Status.TIMEOUT] * 2 + [Status.OK]
+    assert [out.value for out in outs[::2]] == [2, 3, 4]
+    said = [r.getMessage() for r in caplog.records if "multiprocessing" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert "each worker imports the scorer itself" in said[0]
 
 
 # --- isolation ----------------------------------------------------------------------------------
