@@ -28,6 +28,31 @@ from tests._procs import join_a_lingering_thread, orphan_grandchildren, pipes
 CALLER_PIPES = frozenset(pipes().values())
 
 
+def damages_its_descriptors(how: str) -> Any:
+    """Do to every descriptor the process holds past stdio what ``how`` says, then return (or
+    exit): the worker's task and result pipes, its fence and its ``/proc`` files among them."""
+    if how == "ok":
+        return "ok"
+    fds = [int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) > 2]
+    read, write = os.pipe()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in fds:
+        try:
+            if how.startswith("close"):
+                os.close(fd)
+            elif how == "devnull":
+                os.dup2(null, fd)
+            elif how == "swap-pipes":
+                os.dup2(read if fd % 2 else write, fd)
+            elif how == "flip-blocking":
+                os.set_blocking(fd, not os.get_blocking(fd))
+        except OSError:
+            pass
+    if how == "close-and-exit":
+        os._exit(0)
+    return "damaged"
+
+
 def limits_its_zygote(what: str) -> Any:
     """``lower``: lower the zygote's limits, renice and re-pin it from outside (as any process
     of its user may), then end the worker so that the next item gets one forked after it.

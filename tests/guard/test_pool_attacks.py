@@ -25,6 +25,7 @@ from tests.guard._attacks import (
     BigCallable,
     Unpicklable,
     attack,
+    damages_its_descriptors,
     exits_with,
     hang_holding_memory,
     joins_a_thread,
@@ -91,6 +92,26 @@ def test_items_beside_ones_that_kill_the_zygote_get_answers_of_their_own(launch:
             assert out.status is Status.CRASHED, out.describe()
             assert "zygote" in (out.error or ""), out.error
     assert any(not out.ok for (item,), out in zip(items, outs, strict=True) if item == "kill")
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+@pytest.mark.parametrize(
+    "how", ["close", "devnull", "swap-pipes", "flip-blocking", "close-and-exit"]
+)
+@pytest.mark.usefixtures("no_leaks")
+def test_an_item_that_damages_its_workers_descriptors_costs_only_itself(
+    how: str, isolate: bool
+) -> None:
+    # The pool must go on answering: the item's own outcome, then the others', then a submit.
+    with Pool(damages_its_descriptors, workers=1, budget=5.0, isolate=isolate) as pool:
+        start = time.monotonic()
+        outs = pool.map([("ok",), (how,), ("ok",), ("ok",)])
+        later = pool.submit("ok").result(timeout=60)
+    assert time.monotonic() - start < 60
+    assert [out.value for out in outs[::2]] == ["ok", "ok"]
+    assert outs[3].value == "ok", outs[3].describe()
+    assert later.value == "ok", later.describe()
+    assert outs[1].ok or outs[1].status is Status.CRASHED, outs[1].describe()
 
 
 @pytest.mark.usefixtures("no_leaks")
