@@ -2,7 +2,7 @@
 
 Run: .venv/bin/pip install -q -e '.[bench]' && .venv/bin/python benchmarks/bench_concurrent.py
 
-Issue 12, item 5 (b). 64 submitters, as threads and then as asyncio tasks, score the items of
+64 submitters, as threads and then as asyncio tasks, score the items of
 ``pool_scorers`` (``fast``, ~45 µs, and ``symbolic``, a sympy check of ~5 ms) through one peer
 at a time; 1% of the items hang inside one C call (``sum(range(10**13))``). The peers are the
 guarded ``Pool(workers=2)`` (``submit(...).result()`` from threads, ``await asubmit(...)``

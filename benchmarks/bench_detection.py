@@ -1,4 +1,4 @@
-"""Detection: does ``--reward-hang-search`` find planted hangs on every seed (issue 10, item 4)?
+"""Detection: does ``--reward-hang-search`` find planted hangs on every seed?
 
 Run: .venv/bin/python benchmarks/bench_detection.py [--quick] [--seeds 5] [--examples 100]
 

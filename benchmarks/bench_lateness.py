@@ -1,4 +1,4 @@
-"""Control-back lateness of ``guard.run`` and ``guard.Pool`` per hang kind (issue 11, item 7).
+"""Control-back lateness of ``guard.run`` and ``guard.Pool`` per hang kind.
 
 Run: .venv/bin/python benchmarks/bench_lateness.py [--quick]
 

@@ -1,4 +1,4 @@
-"""The structural regex analysis (``corpus/_redos``) against measured backtracking (issue 10, 3).
+"""The structural regex analysis (``corpus/_redos``) against measured backtracking.
 
 Run: .venv/bin/python benchmarks/bench_redos.py [--quick]
 
@@ -47,7 +47,7 @@ REGEXES = [
         r"^<think>.*?</think>.*?<answer>.*?</answer>$",
         S,
         "match",
-        "ROLL default format reward (issue 10)",
+        "ROLL default format reward",
         ("<think>", "</think><answer>", ""),
     ),
     Regex(
@@ -82,7 +82,7 @@ REGEXES = [
         r"<plan>.*</plan>.*<verdict>.*</verdict>.*",
         S,
         "search",
-        "issue 10 planted cubic format regex",
+        "planted cubic format regex",
         ("<plan>", "</plan><verdict>", ""),
     ),
     Regex(
@@ -165,7 +165,7 @@ REGEXES = [
     Regex(r"(a+)+$", 0, "search", "OWASP ReDoS page", ("", "a", "!")),
     Regex(r"(a|a)*$", 0, "search", "recheck README", ("", "a", "\x00")),
     Regex(r"(a|aa)+$", 0, "search", "OWASP ReDoS page", ("", "a", "!")),
-    Regex(r"(\w+\s?)*$", 0, "search", "issue 10 / regexploit examples", ("", "a", "!")),
+    Regex(r"(\w+\s?)*$", 0, "search", "regexploit examples", ("", "a", "!")),
     Regex(r"^(([a-z])+.)+[A-Z]([a-z])+$", 0, "search", "OWASP ReDoS page", ("", "aa", "!")),
     Regex(
         r"^([a-zA-Z0-9])(([\-.]|[_]+)?([a-zA-Z0-9]+))*(@){1}[a-z0-9]+[.]{1}"
@@ -175,7 +175,7 @@ REGEXES = [
         "OWASP validation regex repository (email)",
         ("a", "a", "!"),
     ),
-    Regex(r"(a|ab)*c", 0, "match", "issue 10 shape (alternation prefix)", ("", "ab", "!")),
+    Regex(r"(a|ab)*c", 0, "match", "shape: alternation prefix", ("", "ab", "!")),
     Regex(r"^[\s\u200c]+|[\s\u200c]+$", 0, "search", "Stack Overflow outage 2016", ("a", " ", "a")),
     Regex(
         r"(?:(?:\"|'|\]|\}|\\|\d|(?:nan|infinity|true|false|null|undefined|symbol|math)"
@@ -185,8 +185,8 @@ REGEXES = [
         "Cloudflare WAF outage 2019-07-02",
         ("1", "a", ""),
     ),
-    Regex(r".*A.*B.*C", 0, "search", "issue 10 shape (cubic)", ("", "AB", "")),
-    Regex(r"\d+\d+x", 0, "match", "issue 10 shape (quadratic)", ("", "1", "!")),
+    Regex(r".*A.*B.*C", 0, "search", "shape: cubic", ("", "AB", "")),
+    Regex(r"\d+\d+x", 0, "match", "shape: quadratic", ("", "1", "!")),
     Regex(r"^\d+$", 0, "search", "safe: digits only", ("", "1", "a")),
     Regex(r"[a-z]+@[a-z]+\.com", 0, "search", "safe-looking email", ("", "a", "")),
     Regex(r"^[\w.+-]+@[\w-]+\.[\w.-]+$", 0, "match", "common email validation", ("a@a", ".a", "!")),

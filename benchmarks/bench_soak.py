@@ -1,4 +1,4 @@
-"""Soak: one ``Pool.map`` of 10,000 items, 6% of them hostile, checked item by item (issue 11, 8).
+"""Soak: one ``Pool.map`` of 10,000 items, 6% of them hostile, checked item by item.
 
 Run: .venv/bin/python benchmarks/bench_soak.py [--quick]
 

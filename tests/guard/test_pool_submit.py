@@ -148,7 +148,7 @@ def test_sixteen_threads_with_hangs_every_item_once(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("no_leaks")
 def test_eight_concurrent_calls_use_both_workers() -> None:
-    """Issue 12's case: 8 threads, one 0.1 s CPU call each, 2 workers: about 0.4 s, not 0.8."""
+    """8 threads, one 0.1 s CPU call each, 2 workers: about 0.4 s, not 0.8."""
     with Pool(busy, workers=2, budget=10.0) as pool:
         pool.map([(0.001,)] * 4)  # both workers warm
         barrier = threading.Barrier(8)

@@ -1,4 +1,4 @@
-"""``run()`` and ``@guarded`` attacked as a hostile scorer would (issue 11): real processes.
+"""``run()`` and ``@guarded`` attacked as a hostile scorer would: real processes.
 
 Each attack that could freeze or kill the test process runs in a subprocess with a timeout, so
 a hang fails the test instead of the suite. Timing bounds are generous correctness bounds (a
