@@ -27,7 +27,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, NoReturn
 
-from . import _contain
+from . import _contain, _inherit
 from ._wire import DUMP_SIGNAL, RESULT_LIMIT, RETIRED, result_frame, result_payload, write_all
 from ._worker import _Dropped, _Serve, call_item
 
@@ -56,6 +56,8 @@ class Isolated(_Serve):  # pragma: no cover - worker only
         super().__init__(fn, task_r, result_w, output_r, subreaper, cage, dropped, fence, stack_w)
         #: The child running the current item; 0 between items.
         self.child = 0
+        #: What each child inherits from us, put back after each item (see ._inherit).
+        self.inherited = _inherit.read()
         # The caller's stack dump signal comes to the worker: the child's stack is the item's.
         faulthandler.unregister(DUMP_SIGNAL)
         signal.signal(DUMP_SIGNAL, self._forward_dump)
@@ -90,6 +92,9 @@ class Isolated(_Serve):  # pragma: no cover - worker only
         # What it left running came to us, the subreaper, as it ended: killed and counted.
         leaked = self._leaked(True)
         self.state.dirty = False
+        # The child may have re-limited us, its parent, from outside: put back for the next
+        # one, or, where that cannot be, retire once this answer is written.
+        leaving = not _inherit.put_back(self.inherited)
         output, drained = self._output()
         used = os.times()
         result = result_frame(
@@ -104,11 +109,11 @@ class Isolated(_Serve):  # pragma: no cover - worker only
             used.user + used.system + used.children_user + used.children_system,
             time.monotonic(),
             usage.ru_maxrss,
-            False,
+            leaving,
         )
         write_all(self.result_w, result)
         # As the warm worker does (see _Serve._one): once the answer is written.
-        if self.fence[0] == index + 1:
+        if leaving or self.fence[0] == index + 1:
             os._exit(RETIRED)
 
     def _child(self, item: Any, handed_w: int) -> None:

@@ -18,7 +18,6 @@ import gc
 import io
 import os
 import pickle
-import resource
 import select
 import signal
 import socket
@@ -27,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from . import _cgroup, _contain, _libc, _procfs, _reap, _treekill
+from . import _cgroup, _contain, _inherit, _libc, _procfs, _reap, _treekill
 from ._child import call, null_stdin
 from ._isolate import Isolated
 from ._outcome import Status
@@ -298,35 +297,6 @@ _EXITING_POLL_MS = 10
 _SWEEP_MS = 1000
 
 
-#: Every resource limit this platform has.
-_RLIMITS = sorted(getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_"))
-#: What a worker inherits from the zygote that an item may change from outside it (a process of
-#: the same user may prlimit, renice or re-pin another): its limits, nice value and CPUs.
-Inherited = tuple[list[tuple[int, int]], int, set[int]]
-
-
-def _inherited() -> Inherited:  # pragma: no cover - zygote only
-    limits = [resource.getrlimit(which) for which in _RLIMITS]
-    return limits, os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0)
-
-
-def _put_back(saved: Inherited) -> bool:  # pragma: no cover - zygote only
-    """Put back what an item changed of ``saved``; False where it cannot be (a hard limit
-    lowered, or the nice value raised, and we are not privileged to undo it)."""
-    limits, nice, cpus = saved
-    try:
-        for which, want in zip(_RLIMITS, limits, strict=True):
-            if resource.getrlimit(which) != want:
-                resource.setrlimit(which, want)
-        if os.getpriority(os.PRIO_PROCESS, 0) != nice:
-            os.setpriority(os.PRIO_PROCESS, 0, nice)
-        if os.sched_getaffinity(0) != cpus:
-            os.sched_setaffinity(0, cpus)
-    except (OSError, ValueError):
-        return False
-    return True
-
-
 class _Zygote:  # pragma: no cover - zygote only
     def __init__(
         self,
@@ -366,9 +336,9 @@ class _Zygote:  # pragma: no cover - zygote only
         self.inbox = select.poll()
         self.inbox.register(sock.fileno(), select.POLLIN)
         self.poller.register(caller_pidfd, select.POLLIN)
-        #: Put back before each fork (see _put_back); taken once the scorer is imported and
+        #: Put back before each fork (see ._inherit); taken once the scorer is imported and
         #: warmed up, what it set being the workers' to inherit.
-        self.inherited = _inherited()
+        self.inherited = _inherit.read()
 
     def loop(self) -> None:
         swept = time.monotonic()
@@ -436,7 +406,7 @@ class _Zygote:  # pragma: no cover - zygote only
 
     def fork(self, wid: int, fds: list[int], others: list[int]) -> None:
         """Fork worker ``wid`` on pipes ``fds``; ``others``: descriptors it must not hold."""
-        if not _put_back(self.inherited):
+        if not _inherit.put_back(self.inherited):
             # Every worker would inherit what an item lowered: the caller starts a new zygote.
             os._exit(1)
         parent = os.getpid()

@@ -54,16 +54,19 @@ def damages_its_descriptors(how: str) -> Any:
 
 
 def limits_its_zygote(what: str) -> Any:
-    """``lower``: lower the zygote's limits, renice and re-pin it from outside (as any process
-    of its user may), then end the worker so that the next item gets one forked after it.
-    Anything else: what this worker inherited."""
-    if what == "lower":
-        zygote = os.getppid()
-        resource.prlimit(zygote, resource.RLIMIT_NOFILE, (32, 32))
-        resource.prlimit(zygote, resource.RLIMIT_AS, (1 << 31, 1 << 31))
-        os.setpriority(os.PRIO_PROCESS, zygote, 19)
-        os.sched_setaffinity(zygote, {min(os.sched_getaffinity(0))})
-        os._exit(1)
+    """``lower``: lower the limits of the process that forked this one (the zygote, or an
+    isolating worker), renice and re-pin it from outside (as any process of its user may),
+    then end this process, so that the next item runs in one forked after it;
+    ``lower-and-return``: the same, then return. Anything else: what this process inherited."""
+    if what.startswith("lower"):
+        parent = os.getppid()
+        resource.prlimit(parent, resource.RLIMIT_NOFILE, (32, 32))
+        resource.prlimit(parent, resource.RLIMIT_AS, (1 << 31, 1 << 31))
+        os.setpriority(os.PRIO_PROCESS, parent, 19)
+        os.sched_setaffinity(parent, {min(os.sched_getaffinity(0))})
+        if what == "lower":
+            os._exit(1)
+        return "lowered"
     limits = [resource.getrlimit(r) for r in (resource.RLIMIT_NOFILE, resource.RLIMIT_AS)]
     return limits, os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0))
 

@@ -114,16 +114,24 @@ def test_an_item_that_damages_its_workers_descriptors_costs_only_itself(
     assert outs[1].ok or outs[1].status is Status.CRASHED, outs[1].describe()
 
 
+@pytest.mark.parametrize("isolate", [False, True])
+@pytest.mark.parametrize("how", ["lower", "lower-and-return"])
 @pytest.mark.usefixtures("no_leaks")
-def test_an_item_that_lowers_the_zygotes_limits_charges_no_later_worker(launch: Launch) -> None:
-    # Every worker forked after it inherited the limits, nice value and CPUs the item gave the
-    # zygote. The zygote puts them back before each fork (or, unable to, is replaced).
-    with launch.pool(limits_its_zygote, workers=1, budget=10.0) as pool:
+def test_an_item_that_lowers_its_forkers_limits_charges_no_later_item(
+    launch: Launch, how: str, isolate: bool
+) -> None:
+    # Every process forked after it inherited the limits, nice value and CPUs the item gave
+    # the process that forks them: the zygote (every later worker), or an isolating worker
+    # (every later item). Each puts them back before its next fork, or is replaced.
+    with launch.pool(limits_its_zygote, workers=1, budget=10.0, isolate=isolate) as pool:
         [before] = pool.map([("look",)])
-        [lowered] = pool.map([("lower",)])
+        [lowered] = pool.map([(how,)])
         [after] = pool.map([("look",)])
     assert before.ok, before.describe()
-    assert lowered.status is Status.CRASHED, lowered.describe()
+    if how == "lower":
+        assert lowered.status is Status.CRASHED, lowered.describe()
+    else:
+        assert lowered.value == "lowered", lowered.describe()
     assert after.ok, after.describe()
     assert after.value == before.value
 

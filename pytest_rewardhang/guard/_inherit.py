@@ -1,0 +1,38 @@
+"""What a process that forks the guard's processes (a pool's zygote, an isolating worker) hands
+down, that another process of the same user may change from outside it: its resource limits
+(``prlimit``), its nice value and its CPUs. Read once, put back before each fork, so that what
+one item did to its parent reaches no later item.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+
+#: Every resource limit this platform has.
+_RLIMITS = sorted(getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_"))
+
+Inherited = tuple[list[tuple[int, int]], int, set[int]]
+
+
+def read() -> Inherited:  # pragma: no cover - zygote and worker only
+    """What this process hands down now."""
+    limits = [resource.getrlimit(which) for which in _RLIMITS]
+    return limits, os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0)
+
+
+def put_back(saved: Inherited) -> bool:  # pragma: no cover - zygote and worker only
+    """Put back what was changed of ``saved``; False where it cannot be (a hard limit lowered,
+    or the nice value raised, and this process is not privileged to undo it)."""
+    limits, nice, cpus = saved
+    try:
+        for which, want in zip(_RLIMITS, limits, strict=True):
+            if resource.getrlimit(which) != want:
+                resource.setrlimit(which, want)
+        if os.getpriority(os.PRIO_PROCESS, 0) != nice:
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+        if os.sched_getaffinity(0) != cpus:
+            os.sched_setaffinity(0, cpus)
+    except (OSError, ValueError):
+        return False
+    return True
