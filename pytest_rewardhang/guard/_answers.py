@@ -287,8 +287,8 @@ class Answers:
                 # Killed for an item that answered at the deadline, or retired after one: the
                 # fence kept this one from starting. It goes out again.
                 back.insert(0, index)
-        elif not worker.killed and not retired:
-            self.fruitless_deaths += 1
+        elif not worker.killed and not retired and worker.orphaned is None:
+            self.fruitless_deaths += 1  # (one its zygote's death took is not its own)
         self.ledger.retry.extendleft(reversed(back))
         killed = worker.killed  # read before forget() makes it DEAD
         self.processes.forget(worker)

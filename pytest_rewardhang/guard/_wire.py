@@ -314,8 +314,12 @@ def pickle_frame(frame: tuple[Any, ...]) -> bytes:
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:  # pragma: no cover - child only
-    written = os.write(fd, data)
+    try:
+        written = os.write(fd, data)
+    except BlockingIOError:  # the call made our end non-blocking, and the pipe is full
+        written = 0
     if written < len(data):  # a pipe full, or a signal in between: the rest, piece by piece
+        os.set_blocking(fd, True)
         view = memoryview(data)[written:]
         while view:
             view = view[os.write(fd, view) :]

@@ -409,7 +409,11 @@ class _Serve:  # pragma: no cover - worker only
 
     def _read_batch(self) -> tuple[list[int], list[Any]] | None:
         while (frame := task_frame(self.buffer)) is None:
-            chunk = os.read(self.task_r, CHUNK)
+            try:
+                chunk = os.read(self.task_r, CHUNK)
+            except BlockingIOError:  # an item made our end non-blocking: it waits again
+                os.set_blocking(self.task_r, True)
+                continue
             if not chunk:
                 return None  # the pool closed our task pipe: leave quietly
             self.buffer += chunk
