@@ -477,10 +477,13 @@ def fork_from_threads(pidfile: Path, threads: int) -> None:
 
 def test_threads_forking_in_a_descendant_are_all_killed(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
-    out = timed(fork_from_threads, pidfile, 4)
+    threads = 4
+    out = timed(fork_from_threads, pidfile, threads)
     assert out.status is Status.TIMEOUT
     pids = recorded(pidfile)
-    assert len(pids) > 20, "the threads hardly forked"
+    # The session's process, then each thread's children one after another: more than two a
+    # thread shows they forked again and again (how many depends on the machine's load).
+    assert len(pids) > 1 + 2 * threads, "the threads hardly forked"
     assert_no_more_recorded(pidfile)
     assert_dead(pids)
     assert out.leaked >= 1  # the forking process, at least
