@@ -10,6 +10,7 @@ import errno
 import faulthandler
 import importlib
 import os
+import pickle
 import resource
 import signal
 import stat
@@ -140,6 +141,16 @@ def attack(kind: str, arg: str = "", burn_s: float = 0.0) -> Any:
         serve, index = serving()
         fields = (0, index, 0, 0.001, 0.0, 0.0, 1e12, 0, False)
         os.write(serve.result_w, result_frame(("ok", 1.0, None, None), None, b"", *fields))
+        time.sleep(3600)
+    if kind == "forge-nested-status":  # an answer whose status recurses past any repr
+        serve, index = serving()
+        status: list[Any] = []
+        for _ in range(20_000):
+            status = [status]
+        sys.setrecursionlimit(100_000)
+        payload = pickle.dumps((status, None, None, None))
+        fields = (0, index, 0, 0.001, 0.0, 0.0, 0.0, 0, False)
+        os.write(serve.result_w, result_frame(("error",), payload, b"", *fields))
         time.sleep(3600)
     if kind == "flip-pipes":  # O_NONBLOCK is the open file's: shared with whoever holds it
         flipped = 0

@@ -257,6 +257,20 @@ def test_a_forged_answer_ending_in_the_future_freezes_nothing(launch: Launch) ->
     assert outs[2].value == "forked"
 
 
+@pytest.mark.usefixtures("no_leaks")
+def test_a_forged_status_nested_past_any_repr_is_an_error_of_its_own(launch: Launch) -> None:
+    # The error named the forged status by its repr, which raised RecursionError in the
+    # pool's own loop.
+    with launch.pool(attack, workers=1, budget=BUDGET) as pool:
+        outs = pool.map([("forge-nested-status",), ("fork-and-return",), ("fork-and-return",)])
+    assert outs[0].status is Status.ERROR, outs[0].describe()
+    assert outs[0].error is not None
+    assert "malformed" in outs[0].error
+    assert len(outs[0].error) < 200
+    assert outs[1].status is Status.TIMEOUT, outs[1].describe()  # killed in the forger's sleep
+    assert outs[2].value == "forked"
+
+
 @pytest.mark.timeout(60, method="thread")  # a pool frozen in a read holds SIGALRM back
 @pytest.mark.usefixtures("no_leaks")
 def test_a_closure_pools_item_cannot_reach_another_pools_pipes() -> None:

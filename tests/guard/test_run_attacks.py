@@ -519,6 +519,38 @@ def test_a_forged_result_frame_is_an_error_not_an_exception() -> None:
     assert "malformed" in out.error
 
 
+def forge_status(status: Any) -> int:
+    """Make the child write a well-framed result whose status is ``status``."""
+    from pytest_rewardhang.guard import _child
+
+    def forged(frame: tuple[Any, ...]) -> bytes:
+        sys.setrecursionlimit(100_000)
+        return pickle.dumps((status, None, None, None, 0))
+
+    setattr(_child, "pickle_frame", forged)  # noqa: B010 - private name, not exported
+    return 1
+
+
+def nested(depth: int) -> list[Any]:
+    status: list[Any] = []
+    for _ in range(depth):
+        status = [status]
+    return status
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize(
+    "status", [nested(20_000), "x" * (8 << 20)], ids=["nested-past-any-repr", "8-MiB-string"]
+)
+def test_a_forged_status_is_named_in_a_short_line(status: Any) -> None:
+    # The error named it by its repr: RecursionError raised out of run(), or 8 MiB of text.
+    out = run(forge_status, (status,), budget=5.0)
+    assert out.status is Status.ERROR
+    assert out.error is not None
+    assert "malformed" in out.error
+    assert len(out.error) < 200
+
+
 @pytest.mark.usefixtures("no_leaks")
 @pytest.mark.parametrize("exc_type", [SystemExit, KeyboardInterrupt, GeneratorExit])
 def test_guarded_never_reraises_exit_or_interrupt_from_the_child(
