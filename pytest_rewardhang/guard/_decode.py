@@ -30,6 +30,7 @@ import io
 import os
 import pickle
 import pickletools
+import reprlib
 import signal
 import struct
 import sys
@@ -324,7 +325,10 @@ def _answer(status: Any, value: Any, error: Any, exception: Any, objects: bool) 
         or not isinstance(error, str | None)
         or not isinstance(exception, bytes | None)
     ):
-        text = f"ValueError: the call's process sent a malformed result frame ({_shape(status)})"
+        # reprlib: bounded in depth and length, where repr could recurse past the stack or
+        # quote the 64 MiB the frame may carry.
+        shown = reprlib.repr(status)
+        text = f"ValueError: the call's process sent a malformed result frame (status {shown})"
         return Answer(Status.ERROR, error=text)
     not_started = None
     if status == _ERROR_VALUE and type(value) is str and value in _NOT_STARTED:
@@ -338,15 +342,6 @@ def _answer(status: Any, value: Any, error: Any, exception: Any, objects: bool) 
         if not isinstance(raised, BaseException):
             raised = None
     return Answer(Status(status), value, error, raised, not_started)
-
-
-def _shape(status: Any) -> str:
-    """The forged status, named in a bounded number of steps: its ``repr`` could recurse past
-    the stack (a list nested a thousand deep) or run to the result bound (a 64 MiB string)."""
-    if isinstance(status, str):
-        shown = status[:40] + ("..." if len(status) > 40 else "")
-        return f"status {shown!r}"
-    return f"a status of type {type(status).__name__}"
 
 
 _STATUSES = frozenset(s.value for s in Status)

@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 import math
+import reprlib
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
@@ -73,7 +74,9 @@ def scored(out: Outcome, default: float) -> Scored:
         return Scored(default, out.status.value, out.describe())
     value = out.value
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return Scored(default, "error", f"error: the scorer returned {value!r}, not a number")
+        return Scored(
+            default, "error", f"error: the scorer returned {reprlib.repr(value)}, not a number"
+        )
     return Scored(float(value), "ok")
 
 

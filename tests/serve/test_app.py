@@ -175,6 +175,13 @@ def test_an_outcome_gives_its_value_only_when_it_is_a_finite_number() -> None:
     assert scored(Outcome(Status.OK, value=True), 0.0).status == "error"
     assert scored(Outcome(Status.OK, value=float("nan")), 0.5).score == 0.5
     assert scored(Outcome(Status.OK, value="1"), 0.0).detail.startswith("error: the scorer")
+    # What a scorer returns is named in a short line, however deep or long: its repr raised
+    # RecursionError in the server, or put megabytes in the answer.
+    deep: list[Any] = []
+    for _ in range(20_000):
+        deep = [deep]
+    for value in (deep, "x" * (8 << 20)):
+        assert len(scored(Outcome(Status.OK, value=value), 0.0).detail) < 200
     hung = scored(Outcome(Status.TIMEOUT, budget=1.0), 0.0)
     assert (hung.score, hung.status) == (0.0, "timeout")
 
