@@ -257,8 +257,10 @@ class Scratch:  # pragma: no cover - pool worker only
                     os.chmod(folder, stat.S_IMODE(before[3]))
             self.seen = self._look()
             if self.watch >= 0:
-                while os.read(self.watch, 1 << 16):  # what it said, and what the emptying did
-                    pass
+                os.set_blocking(self.watch, False)  # the item may have cleared the flag
+                for _ in range(64):  # bounded: the item may have put /dev/zero in its place
+                    if not os.read(self.watch, 1 << 16):  # what it said, and the emptying did
+                        break
         except BlockingIOError:
             pass
         except OSError:

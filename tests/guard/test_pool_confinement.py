@@ -9,13 +9,14 @@ controller, a namespace, root). Each has a time bound and checks that nothing is
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import Confinement, Pool, Status, run
+from pytest_rewardhang.guard import Confinement, Pool, Status, _cgroup, _confine, run
 from tests._procs import assert_dead
 from tests.guard import _confined_items
 from tests.guard.test_confinement import needs
@@ -121,3 +122,21 @@ def test_pool_limits_are_checked_at_the_door(isolate: bool) -> None:
     for nonsense in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="max_processes must be a positive int"):
             Pool(ITEM, max_processes=nonsense, isolate=isolate)
+
+
+def test_what_a_pool_cannot_confine_its_items_by_is_said_once(
+    isolate: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The zygote takes the caller's environment: with cgroups turned off there, its workers
+    # have no group to count their processes in.
+    monkeypatch.setenv(_cgroup.CGROUP_ENV, "0")
+    monkeypatch.setattr(_confine, "_warned", set())
+    with (
+        caplog.at_level(logging.WARNING, logger="pytest_rewardhang.guard"),
+        Pool(ITEM, workers=2, budget=20, max_processes=64, isolate=isolate) as pool,
+    ):
+        outs = pool.map([("quick", i) for i in range(4)] + [("dies",), ("quick", 5)])
+    assert [out.value for out in outs[:4]] == [0, 1, 2, 3]
+    assert all(Confinement.PIDS_MAX not in out.confined for out in outs)
+    said = [r.getMessage() for r in caplog.records if "pids controller" in r.getMessage()]
+    assert len(said) == 1, said
