@@ -17,10 +17,21 @@ from collections.abc import Callable
 from ._contain import containment
 from ._decode import died, item_answer, output_text, stack_text
 from ._driver import said
+from ._fork import _out_of_memory
 from ._handle import DEAD, NEXT, Watched, Worker
 from ._launch import PoolError
 from ._ledger import Decoded, Ledger
-from ._outcome import Answer, Mechanism, Outcome, Status, answered, common_fields, ok_outcome
+from ._outcome import (
+    UNCONFINED,
+    Answer,
+    Confinement,
+    Mechanism,
+    Outcome,
+    Status,
+    answered,
+    common_fields,
+    ok_outcome,
+)
 from ._processes import Processes
 from ._schedule import Schedule
 from ._wire import (
@@ -47,6 +58,7 @@ def answer_outcome(
     drained: tuple[bytes, int] | None,
     budget: float,
     objects: bool,
+    confined: frozenset[Confinement] = UNCONFINED,
 ) -> Outcome:
     """The outcome of an answer that is not a bare OK float: see RESULT."""
     size, output_end = fields.size, at + fields.output_size
@@ -60,6 +72,7 @@ def answer_outcome(
         budget,
         containment(),
     )
+    common["confined"] = confined
     if not size:  # an OK float, with output or leftovers
         return answered(Answer(_OK, fields.number), fields.leaked, common)
     answer = item_answer(buffer[output_end : output_end + size], objects=objects)
@@ -73,6 +86,7 @@ def decode_aside(
     drained: tuple[bytes, int] | None,
     budget: float,
     hand_in: Callable[[Decoded], None],
+    confined: frozenset[Confinement] = UNCONFINED,
 ) -> None:
     """Decode a large answer of plain data on a thread of its own; ``hand_in`` its outcome.
 
@@ -83,7 +97,7 @@ def decode_aside(
 
     def decode_it() -> None:
         try:
-            outcome = answer_outcome(fields, data, 0, drained, budget, False)
+            outcome = answer_outcome(fields, data, 0, drained, budget, False, confined)
         except BaseException as exc:  # noqa: BLE001 - never a silent loss of the item
             error = f"{said(exc)} in decoding the answer"
             outcome = Outcome(Status.ERROR, error=error, budget=budget)
@@ -123,6 +137,7 @@ def death_outcome(
         budget,
         containment(),
     )
+    common["confined"] = worker.confined
     return Outcome(
         ended,
         error=worker.lost,
@@ -249,14 +264,23 @@ class Answers:
             # whole answer comes to this one call (see ok_outcome).
             rss_mb = fields.rss_kib / 1024
             outcome = ok_outcome(
-                fields.number, wall, fields.cpu, rss_mb, self.budget, _FORK, containment()
+                fields.number,
+                wall,
+                fields.cpu,
+                rss_mb,
+                self.budget,
+                _FORK,
+                containment(),
+                worker.confined,
             )
         elif size > _ASIDE_OVER and not self.objects:
             data = bytes(buffer[at : at + fields.output_size + size])
-            decode_aside(index, fields, data, drained, self.budget, self._hand_in)
+            decode_aside(index, fields, data, drained, self.budget, self._hand_in, worker.confined)
             return
         else:
-            outcome = answer_outcome(fields, buffer, at, drained, self.budget, self.objects)
+            outcome = answer_outcome(
+                fields, buffer, at, drained, self.budget, self.objects, worker.confined
+            )
         self.ledger.finish(index, outcome)
 
     def died(self, worker: Worker, status: int, cpu: float, rss: float, leaked: int) -> None:
@@ -282,6 +306,9 @@ class Answers:
                 outcome = death_outcome(
                     worker, current, now, status, cpu, rss, leaked, drained, self.budget
                 )
+                if worker.oom_kills:  # over its memory limit, whatever else it came to
+                    memory_mb = self.processes.memory_mb
+                    outcome = _out_of_memory(outcome, worker.oom_kills, memory_mb)
                 self.ledger.finish(index, outcome)
             else:
                 # Killed for an item that answered at the deadline, or retired after one: the

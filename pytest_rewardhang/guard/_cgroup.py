@@ -302,6 +302,27 @@ def join(procs: int) -> bool:
     return True
 
 
+def into_leaf() -> str | None:
+    """In a pool's zygote, its folder made (nested in the group its caller made for it): move
+    into a leaf group of the folder, so that neither the group it leaves nor the folder holds a
+    process, and both may hand the memory and pids controllers down to its workers' groups
+    (cgroup v2's "no internal processes" rule). The group it left; None if it could not move
+    (its workers' limits are then sought in v1)."""
+    folder = home()
+    leaf = os.path.join(folder, "zygote")
+    try:
+        os.mkdir(leaf)
+        procs = os.open(os.path.join(leaf, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not join(procs):
+            return None
+    finally:
+        os.close(procs)
+    return os.path.dirname(folder)
+
+
 #: The group this guarded process joined (:meth:`Group.join`), once it has.
 _joined: list[Group] = []
 

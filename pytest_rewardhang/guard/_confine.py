@@ -196,6 +196,94 @@ class Plan:
             self.tmpdir = None
 
 
+#: What an item does in a watched folder that leaves something there (inotify's events): an
+#: entry made or moved in, a change of attributes, the folder itself removed or moved.
+_IN_LEFT = 0x4 | 0x80 | 0x100 | 0x400 | 0x800
+
+
+class Scratch:  # pragma: no cover - pool worker only
+    """In a pool's worker: its items' temporary folder (and ``/dev/shm``, where that is the
+    worker's own tmpfs), emptied after each item that left anything there, so that no item
+    finds what an earlier one left, and nothing piles up over the worker's life. Gone with
+    the worker in any case (its tmpfs with its last process; a folder made by its zygote, when
+    the zygote reaps it).
+
+    Cheap per item: the folders are watched (inotify, :attr:`watch`), and the worker polls the
+    watch with what else it polls after each item; only an item that left something there, or
+    that did what the worker's audit hook marks (opened a file, forked, called C), is followed
+    by a listing. Where inotify cannot be had, each folder is looked at (``lstat``: change
+    time, size, links, mode, inode; a tmpfs folder's size counts its entries) after each item.
+    """
+
+    def __init__(self, tmpdir: str, shm: bool) -> None:
+        #: Each folder, and the one entry of it that stays (the temporary folder in /dev/shm).
+        self.folders = [(tmpdir, "")] + ([(_SHM.decode(), os.path.basename(tmpdir))] if shm else [])
+        self.seen = self._look()
+        #: An inotify descriptor watching the folders, readable once an item left something
+        #: there; -1 where there is none.
+        self.watch = _watch([folder for folder, _ in self.folders])
+
+    def _look(self) -> list[tuple[int, ...]]:
+        found: list[tuple[int, ...]] = []
+        for folder, _ in self.folders:
+            st = os.lstat(folder)
+            found.append((st.st_ctime_ns, st.st_size, st.st_nlink, st.st_mode, st.st_ino))
+        return found
+
+    def clean(self, dirty: bool, watched: bool = False) -> bool:
+        """Empty the folders if the item may have left anything there (``dirty``: the audit
+        hook saw it do what may; ``watched``: the watch said so); False if they cannot be
+        emptied (the worker then retires, and they go with it)."""
+        try:
+            if self.watch < 0:
+                now = self._look()
+                if now == self.seen and not dirty:
+                    return True
+            elif not (dirty or watched):
+                return True
+            else:
+                now = self._look()
+            for (folder, keep), before, after in zip(self.folders, self.seen, now, strict=True):
+                if not stat.S_ISDIR(after[3]) or after[4] != before[4]:
+                    return False  # replaced (by a link elsewhere, say): not ours to empty
+                for entry in os.scandir(folder):
+                    if entry.name == keep:
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path)
+                    else:
+                        os.unlink(entry.path)
+                if after[3] != before[3]:
+                    os.chmod(folder, stat.S_IMODE(before[3]))
+            self.seen = self._look()
+            if self.watch >= 0:
+                os.set_blocking(self.watch, False)  # the item may have cleared the flag
+                for _ in range(64):  # bounded: the item may have put /dev/zero in its place
+                    if not os.read(self.watch, 1 << 16):  # what it said, and the emptying did
+                        break
+        except BlockingIOError:
+            pass
+        except OSError:
+            return False
+        return True
+
+
+def _watch(folders: list[str]) -> int:  # pragma: no cover - pool worker only
+    """A non-blocking inotify descriptor watching ``folders`` for :data:`_IN_LEFT`; -1 where
+    there can be none (no C library, or the user's inotify instances used up)."""
+    libc = _libc.libc()
+    if libc is None:
+        return -1
+    fd = int(libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC))
+    if fd < 0:
+        return -1
+    for folder in folders:
+        if libc.inotify_add_watch(fd, os.fsencode(folder), _IN_LEFT) < 0:
+            os.close(fd)
+            return -1
+    return fd
+
+
 def _caller_tmpdir(unprivileged: bool) -> str | None:
     """A fresh folder in the caller's temporary folder, for a call without a tmpfs of its own;
     ``nobody``'s, where the call drops to it. None if none can be made."""

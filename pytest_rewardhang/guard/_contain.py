@@ -23,7 +23,7 @@ import signal
 import time
 from typing import Protocol
 
-from . import _cgroup, _libc, _pidns, _reap, _treekill
+from . import _cgroup, _libc, _pidns, _quota, _reap, _treekill
 from ._outcome import Containment
 from ._pidns import Namespace
 
@@ -46,11 +46,18 @@ def containment() -> Containment:
     return _containment[0]
 
 
-def prepare() -> None:
+def prepare(zygote: bool = False) -> None:
     """Probe the containment, and where it is cgroups make this process's folder now: before
-    it adopts orphans (a subreaper), which the keeper this starts must not become."""
-    if containment() is Containment.CGROUP:
-        _cgroup.home()
+    it adopts orphans (a subreaper), which the keeper this starts must not become.
+
+    ``zygote``: this is a pool's zygote, in the group its caller made for it; it moves into a
+    leaf group of its folder, so that its workers' groups may be given the memory and pids
+    controllers (cgroup v2 hands them down only through groups that hold no process).
+    """
+    if containment() is Containment.CGROUP and _cgroup.home() and zygote:
+        own = _cgroup.into_leaf()
+        if own is not None:
+            _quota.enable_below(own)
 
 
 class Strays(Protocol):

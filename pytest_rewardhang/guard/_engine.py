@@ -63,13 +63,16 @@ class Engine(Driver):
         warmup: Warmup = None,
         objects: bool = False,
         isolate: bool = False,
+        confining: Any = None,
     ) -> None:
         super().__init__(budget, max_pending)
         self.budget = budget
         #: When, before an item's deadline, its stack is dumped: fixed per pool, read per poll.
         self.dump_lead = dump_lead(budget)
         self.size = workers
-        self.processes = Processes(workers, memory_mb, warmup, self.watched, _inherited, isolate)
+        self.processes = Processes(
+            workers, memory_mb, warmup, self.watched, _inherited, isolate, confining
+        )
         #: The workers by id: the processes' own dict, never replaced.
         self.workers = self.processes.workers
         #: Who gets which items, and whose are taken back: see _schedule.

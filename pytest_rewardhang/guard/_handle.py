@@ -28,6 +28,7 @@ from collections import deque
 from typing import Any
 
 from ._interrupts import writev
+from ._outcome import UNCONFINED, Confinement
 from ._wire import CHUNK, FENCE
 
 #: ``Worker.after_fence`` of a worker whose fenced item answered with nothing queued behind.
@@ -71,6 +72,7 @@ class Worker:
     __slots__ = (
         "after_fence",
         "batches",
+        "confined",
         "cpu_base",
         "drained",
         "dumped",
@@ -82,6 +84,7 @@ class Worker:
         "kill_time",
         "last_end",
         "lost",
+        "oom_kills",
         "orphaned",
         "phase",
         "pid",
@@ -136,6 +139,10 @@ class Worker:
         #: _engine._DRAIN_AFTER_S): the bytes it kept so far (up to OUTPUT_LIMIT) and how many
         #: more it dropped.
         self.drained: tuple[bytes, int] | None = None
+        #: What confines its items, as its zygote made it (see Confinement).
+        self.confined: frozenset[Confinement] = UNCONFINED
+        #: How many of its processes the kernel's OOM killer ended, as its zygote reported.
+        self.oom_kills = 0
 
     def current(self) -> tuple[int, float] | None:
         """The item running now and the time it started, if one is."""

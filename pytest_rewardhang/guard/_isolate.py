@@ -27,7 +27,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, NoReturn
 
-from . import _contain, _inherit
+from . import _confine, _contain, _inherit
 from ._wire import DUMP_SIGNAL, RESULT_LIMIT, RETIRED, result_frame, result_payload, write_all
 from ._worker import _Dropped, _Serve, call_item
 
@@ -52,8 +52,22 @@ class Isolated(_Serve):  # pragma: no cover - worker only
         dropped: _Dropped,
         fence: mmap.mmap,
         stack_w: int,
+        scratch: _confine.Scratch | None = None,
+        oom_alarm: int | None = None,
     ) -> None:
-        super().__init__(fn, task_r, result_w, output_r, subreaper, cage, dropped, fence, stack_w)
+        super().__init__(
+            fn,
+            task_r,
+            result_w,
+            output_r,
+            subreaper,
+            cage,
+            dropped,
+            fence,
+            stack_w,
+            scratch,
+            oom_alarm,
+        )
         #: The child running the current item; 0 between items.
         self.child = 0
         #: What each child inherits from us, put back after each item (see ._inherit).
@@ -91,10 +105,11 @@ class Isolated(_Serve):  # pragma: no cover - worker only
         payload = None if size == _FLOAT else bytes(handed[_HANDED.size :])
         # What it left running came to us, the subreaper, as it ended: killed and counted.
         leaked = self._leaked(True)
-        self.state.dirty = False
+        dirty, self.state.dirty = self.state.dirty, False
         # The child may have re-limited us, its parent, from outside: put back for the next
         # one, or, where that cannot be, retire once this answer is written.
         leaving = not _inherit.put_back(self.inherited)
+        leaving = not self._confined(dirty) or leaving
         output, drained = self._output()
         used = os.times()
         result = result_frame(

@@ -16,9 +16,11 @@ import logging
 import os
 import pickle
 import select
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 import types
 import warnings
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import _cgroup, _contain, _treekill
+from . import _cgroup, _contain, _quota, _treekill
 from ._interrupts import let_in
 from ._spec import SpecError, is_file_target, split_spec
 from ._wire import (
@@ -39,6 +41,7 @@ from ._wire import (
     MSG_WARMUP_FAILED,
     REPLY_LIMIT,
     SOCKET_FD,
+    TMPDIR_PREFIX,
     WID,
     Warmup,
     config_message,
@@ -214,6 +217,30 @@ def worker_pipes() -> tuple[dict[str, int], dict[str, int]]:
 # --- forked by a zygote ----------------------------------------------------------------------
 
 
+def _pool_tmpdir() -> str | None:
+    """A temporary folder for a new zygote, where its workers' items have theirs when they
+    have no tmpfs of their own to make them in (only root may make one): what an item that
+    kills the zygote leaves there, its caller removes. None for a root caller: its workers'
+    folders are in their own tmpfs, gone with them."""
+    if os.geteuid() == 0:
+        return None
+    return tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
+
+
+def _remove(tmpdir: str | None) -> None:
+    if tmpdir is not None:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _zygote_cage() -> _contain.Cage:
+    """A new zygote's cage; where it is a cgroup, its folder hands the memory and pids
+    controllers down to it, for its workers' limits (see :func:`._contain.prepare`)."""
+    cage = _contain.strategy().zygote()
+    if cage.folder is not None:
+        _quota.enable_below(os.path.dirname(cage.folder))
+    return cage
+
+
 class Zygote:
     """The caller's end of a zygote: its process, and the socket to ask it for workers.
 
@@ -228,12 +255,16 @@ class Zygote:
         sock: socket.socket,
         pid: int,
         cage: _contain.Cage,
+        tmpdir: str | None,
         *,
         forked: bool = False,
     ) -> None:
         self.sock = sock
         self.pid = pid
         self.pidfd = -1
+        #: The zygote's temporary folder, where it makes its workers' (see _pool_tmpdir):
+        #: removed with all they left by :meth:`stop`, however the zygote ended.
+        self.tmpdir = tmpdir
         #: Where cgroups contain the calls, the zygote's own group (its workers' groups are
         #: below it): killing it kills everything the pool made, whatever an item did to it.
         self.cage = cage
@@ -241,7 +272,12 @@ class Zygote:
 
     @classmethod
     def start(
-        cls, target: tuple[Any, ...], memory_mb: float | None, warmup: Warmup, isolate: bool
+        cls,
+        target: tuple[Any, ...],
+        memory_mb: float | None,
+        warmup: Warmup,
+        isolate: bool,
+        confining: Any = None,
     ) -> Zygote:
         """Spawn a zygote and wait until it has imported ``target`` and scored ``warmup``.
 
@@ -254,18 +290,19 @@ class Zygote:
         # than spelled: neither depends on where this file sits in the package.
         top = sys.modules[__name__.partition(".")[0]]
         root = str(Path(top.__file__ or "").resolve().parent.parent)
-        cage = _contain.strategy().zygote()
+        cage = _zygote_cage()
         joins = cage.spawn_actions(GROUP_FD)
         code = _ZYGOTE_CODE.format(root=root, module=zygote_main.__module__, joins=bool(joins))
         argv = [sys.executable, "-c", code]
-        config = list(config_message(list(sys.path), target, memory_mb, warmup, isolate))
+        config = list(config_message(list(sys.path), target, memory_mb, warmup, isolate, confining))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        tmpdir = _pool_tmpdir()
         try:
             try:
                 pid = os.posix_spawn(
                     sys.executable,
                     argv,
-                    os.environ,
+                    os.environ if tmpdir is None else {**os.environ, "TMPDIR": tmpdir},
                     file_actions=[
                         (os.POSIX_SPAWN_DUP2, theirs.fileno(), SOCKET_FD),
                         *joins,
@@ -280,8 +317,9 @@ class Zygote:
         except BaseException:
             ours.close()
             cage.close(time.monotonic())
+            _remove(tmpdir)
             raise
-        return cls(ours, pid, cage)._started(config, warmup)
+        return cls(ours, pid, cage, tmpdir)._started(config, warmup)
 
     @classmethod
     def fork(
@@ -291,6 +329,7 @@ class Zygote:
         warmup: Warmup,
         inherited: list[int],
         isolate: bool,
+        confining: Any = None,
     ) -> Zygote:
         """Fork a zygote from the caller, for a callable a fresh interpreter cannot import.
 
@@ -299,13 +338,15 @@ class Zygote:
         """
         parent = os.getpid()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        cage = _contain.strategy().zygote()
+        cage = _zygote_cage()
+        tmpdir = _pool_tmpdir()
         try:
             pid = os.fork()
         except BaseException:
             ours.close()
             theirs.close()
             cage.close(time.monotonic())
+            _remove(tmpdir)
             raise
         if pid == 0:  # pragma: no cover - the zygote
             try:
@@ -314,11 +355,13 @@ class Zygote:
                 for fd in [*inherited, ours.fileno()]:
                     with contextlib.suppress(OSError):
                         os.close(fd)
-                serve_forked(theirs, fn, memory_mb, parent, warmup, isolate)
+                if tmpdir is not None:
+                    os.environ["TMPDIR"] = tempfile.tempdir = tmpdir
+                serve_forked(theirs, fn, memory_mb, parent, warmup, isolate, confining)
             finally:
                 os._exit(70)
         theirs.close()
-        return cls(ours, pid, cage, forked=True)._started([], warmup)
+        return cls(ours, pid, cage, tmpdir, forked=True)._started([], warmup)
 
     def _started(self, config: list[bytes], warmup: Warmup) -> Zygote:
         """Hold its pidfd, send it ``config``, wait until it is ready; gone if any of it fails."""
@@ -398,6 +441,7 @@ class Zygote:
         self.cage.kill_others(spare=self.pid)
         _treekill.kill_and_reap(self.pid, self.pidfd if self.pidfd >= 0 else None, _REAP_S)
         self.cage.close(until)
+        _remove(self.tmpdir)
 
     def close(self) -> None:
         """Close the caller's descriptors; the process is :meth:`stop`'s."""

@@ -441,6 +441,7 @@ def ok_outcome(
     budget: float | None,
     mechanism: Mechanism,
     containment: Containment,
+    confined: frozenset[Confinement] = UNCONFINED,
 ) -> Outcome:
     """``Outcome(Status.OK, value, wall_s=..., ...)``, every other field at its default.
 
@@ -471,7 +472,7 @@ def ok_outcome(
     outcome.output_dropped = 0
     outcome.not_started = None
     outcome.pool_ended = False
-    outcome.confined = UNCONFINED
+    outcome.confined = confined
     outcome.__class__ = Outcome
     made: Outcome = outcome
     return made

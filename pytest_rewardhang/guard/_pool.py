@@ -52,9 +52,11 @@ from typing import Any
 from . import _limits
 from ._driver import said
 from ._engine import Engine
+from ._fork import Confining
 from ._interrupts import hold, release
 from ._ledger import Item, arguments
 from ._outcome import Outcome
+from ._quota import MAX_PROCESSES
 from ._run import _check_limits
 from ._wire import Warmup
 
@@ -96,6 +98,13 @@ class Pool:
     (builtins, modules, the guard's own code, signal handlers, limits, the environment,
     threads) reaches a later item or the code that reports it, at the cost of a fork per item.
     An isolated item that dies takes its worker with it, and is reported as in the warm mode.
+
+    ``max_processes``, ``network`` and ``unprivileged`` confine each item as they do a
+    :func:`~pytest_rewardhang.guard.run` call, and ``memory_mb`` bounds all of an item's
+    processes together too, wherever the kernel permits (``Outcome.confined`` says what
+    applied): through its worker's own cgroup, made once per worker, so that the limits cover
+    the item's processes with its worker's; its temporary folder (and ``/dev/shm``, as root)
+    is emptied after each item that left anything there.
     """
 
     def __init__(
@@ -109,8 +118,11 @@ class Pool:
         submit_timeout: float | None = None,
         warmup: tuple[Any, ...] | Mapping[str, Any] | None = None,
         isolate: bool = False,
+        max_processes: int | None = MAX_PROCESSES,
+        network: bool = True,
+        unprivileged: bool = False,
     ) -> None:
-        _check_limits(budget, memory_mb)
+        _check_limits(budget, memory_mb, max_processes)
         warm = _warmup(warmup)
         _limits.count("workers", workers)
         if max_pending is None:
@@ -125,8 +137,16 @@ class Pool:
         # one that comes as the signals are let in again, at the end, finds the finalizer set.
         held = hold()
         try:
+            confining = Confining(memory_mb, max_processes, bool(network), bool(unprivileged))
             engine = Engine(
-                workers, float(budget), memory_mb, max_pending, warm, objects, bool(isolate)
+                workers,
+                float(budget),
+                memory_mb,
+                max_pending,
+                warm,
+                objects,
+                bool(isolate),
+                confining,
             )
             self._engine = engine
             try:

@@ -16,11 +16,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _libc, _procfs
+from . import _confine, _libc, _procfs
 from ._handle import DEAD, KILLED, STARTING, Watched, Worker
 from ._launch import PoolError, Zygote, import_target, warn_if_large, worker_pipes
 from ._spec import SpecError, load_callable
-from ._wire import EXITED, MSG_FORKED, MSG_KILLED, MSG_REAPED, PIPE_ROLES, SPAWNED, WID, Warmup
+from ._wire import (
+    EXITED,
+    MSG_FORKED,
+    MSG_KILLED,
+    MSG_REAPED,
+    PIPE_ROLES,
+    SPAWNED,
+    WID,
+    Warmup,
+    confinement_of,
+)
 
 #: How long the zygote may take to acknowledge a kill (it does so before killing), and to fork
 #: a worker: past these the caller takes it for stuck, kills it and everything below it itself,
@@ -53,9 +63,13 @@ class Processes:
         watched: Watched,
         inherited: Callable[[], list[int]],
         isolate: bool = False,
+        confining: Any = None,
     ) -> None:
         self.size = size
         self.memory_mb = memory_mb
+        #: What each item asked to be confined by (a ._run.Confining): each worker's zygote
+        #: says what applied.
+        self.confining = confining
         #: Each item in a process of its own, forked from its worker: see Pool.
         self.isolate = isolate
         #: Scored once in every zygote, before it forks a worker: see Pool.
@@ -100,11 +114,18 @@ class Processes:
 
     def _start_zygote(self, target: tuple[Any, ...] | None) -> None:
         if target is not None:
-            self.zygote = Zygote.start(target, self.memory_mb, self.warmup, self.isolate)
+            self.zygote = Zygote.start(
+                target, self.memory_mb, self.warmup, self.isolate, self.confining
+            )
         else:
             assert self.fn is not None
             self.zygote = Zygote.fork(
-                self.fn, self.memory_mb, self.warmup, self.inherited(), self.isolate
+                self.fn,
+                self.memory_mb,
+                self.warmup,
+                self.inherited(),
+                self.isolate,
+                self.confining,
             )
         self.watched.register(self.zygote.sock.fileno(), "zygote", None, select.POLLIN)
         self.watched.register(self.zygote.pidfd, "zygote", None, select.POLLIN)
@@ -248,13 +269,16 @@ class Processes:
                 return
             message, fds = received
             if message[:1] == MSG_FORKED:
-                wid, pid = SPAWNED.unpack_from(message, 1)
+                wid, pid, bits = SPAWNED.unpack_from(message, 1)
                 worker = self.workers.get(wid)
                 if worker is None or not fds:
                     for fd in fds:
                         os.close(fd)
                     continue
                 worker.forked(pid, fds[0])
+                if self.confining is not None:
+                    worker.confined = confinement_of(bits)
+                    _confine.warn_missing(self.confining.asked, worker.confined)
                 # Its end is the zygote's to report; watched here too, for a zygote that an
                 # item stopped before it ended: see Worker.owed_since.
                 self.watched.register(worker.pidfd, "worker", worker, select.POLLIN)
@@ -263,8 +287,9 @@ class Processes:
                 if wid in self.workers:
                     self.workers[wid].acknowledged()
             elif message[:1] == MSG_REAPED:
-                wid, status, cpu, rss, leaked = EXITED.unpack_from(message, 1)
+                wid, status, cpu, rss, leaked, oom_kills = EXITED.unpack_from(message, 1)
                 if wid in self.workers:
+                    self.workers[wid].oom_kills = oom_kills
                     died(self.workers[wid], status, cpu, rss, leaked)
 
     # --- the end ----------------------------------------------------------------------------

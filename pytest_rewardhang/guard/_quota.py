@@ -138,7 +138,7 @@ class Quota:
     def _limit(self, controller: str, value: bytes, group: str | None) -> bool:
         limit, counter = _V2[controller]
         if group is not None:
-            _enable_below(os.path.dirname(group))
+            enable_below(os.path.dirname(group))
         if group is not None and _write(os.path.join(group, limit), value):
             if controller == "memory":
                 # The whole call goes at once: a call whose child is killed is not an answer.
@@ -205,7 +205,7 @@ class Quota:
 _enabled: set[str] = set()
 
 
-def _enable_below(home: str) -> None:
+def enable_below(home: str) -> None:
     """Give the groups in this process's v2 folder the memory and pids controllers, once,
     where its parent passes them down to it (else the limits are sought in v1)."""
     if home in _enabled:

@@ -17,7 +17,7 @@ import struct
 import sys
 from typing import Any, NamedTuple
 
-from ._outcome import Status
+from ._outcome import Confinement, Status
 
 _OK_VALUE = Status.OK.value
 
@@ -213,6 +213,8 @@ _RESULT_SIZE = RESULT.size
 
 #: The socket's fd in the zygote; the caller's spawn puts it there.
 SOCKET_FD = 3
+#: The name of the temporary folder a pool's caller makes for its zygote starts so.
+TMPDIR_PREFIX = "rewardhang-pool-"
 #: Where a pool's zygote finds the ``cgroup.procs`` of the group its caller made for it.
 GROUP_FD = SOCKET_FD + 1
 #: The first message, caller to zygote: its length (CONFIG_SIZE), then the pickled config in
@@ -243,10 +245,22 @@ MSG_FORKED = b"P"
 MSG_KILLED = b"k"
 MSG_REAPED = b"X"
 WID = struct.Struct("!Q")
-#: worker id, pid.
-SPAWNED = struct.Struct("!Qi")
-#: worker id, wait status (-1 when it could not be reaped), cpu seconds, peak RSS KiB, leaked.
-EXITED = struct.Struct("!QiddI")
+#: worker id, pid, what confines its items (a bit per :class:`Confinement`, in its order).
+SPAWNED = struct.Struct("!QiH")
+#: worker id, wait status (-1 when it could not be reaped), cpu seconds, peak RSS KiB, leaked,
+#: how many of its processes the kernel's OOM killer ended at its memory limit.
+EXITED = struct.Struct("!QiddII")
+_CONFINEMENTS = tuple(Confinement)
+
+
+def confinement_bits(confined: frozenset[Confinement]) -> int:
+    """``confined`` as SPAWNED carries it."""
+    return sum(1 << n for n, confinement in enumerate(_CONFINEMENTS) if confinement in confined)
+
+
+def confinement_of(bits: int) -> frozenset[Confinement]:
+    """What :func:`confinement_bits` made ``bits`` of."""
+    return frozenset(c for n, c in enumerate(_CONFINEMENTS) if bits >> n & 1)
 
 
 def config_message(
@@ -255,6 +269,7 @@ def config_message(
     memory_mb: float | None,
     warmup: Warmup,
     isolate: bool = False,
+    confining: Any = None,
 ) -> list[bytes]:
     """What the zygote needs to import the scorer and start workers, as the caller sends it:
     one message per item of the list (the length, then the pickled config in pieces)."""
@@ -263,6 +278,7 @@ def config_message(
     warm = None if warmup is None else pickle.dumps(warmup, protocol=pickle.HIGHEST_PROTOCOL)
     config = {"path": path, "target": target, "memory_mb": memory_mb, "warmup": warm}
     config["isolate"] = isolate
+    config["confining"] = confining
     blob = pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
     pieces = [blob[at : at + CONFIG_PIECE] for at in range(0, len(blob), CONFIG_PIECE)]
     return [CONFIG_SIZE.pack(len(blob)), *pieces]
@@ -270,9 +286,9 @@ def config_message(
 
 def read_config(
     receive: Any,
-) -> tuple[list[str], tuple[Any, ...], float | None, bytes | None, bool]:  # pragma: no cover
-    """``(sys.path, target, memory_mb, warmup, isolate)``, as the zygote reads it with
-    ``receive(limit)``; the warm-up still pickled."""
+) -> tuple[list[str], tuple[Any, ...], float | None, bytes | None, bool, Any]:  # pragma: no cover
+    """``(sys.path, target, memory_mb, warmup, isolate, confining)``, as the zygote reads it
+    with ``receive(limit)``; the warm-up still pickled."""
     (size,) = CONFIG_SIZE.unpack(receive(CONFIG_SIZE.size))
     blob = bytearray()
     while len(blob) < size:
@@ -287,6 +303,7 @@ def read_config(
         config["memory_mb"],
         config["warmup"],
         config["isolate"],
+        config["confining"],
     )
 
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _contain, _procfs, _reap, _walkkill
+from . import _confine, _contain, _procfs, _reap, _walkkill
 from ._child import call, setup_child
 from ._outcome import UNREADABLE_ITEMS, NotStarted, Status
 from ._wire import (
@@ -52,9 +52,13 @@ def serve(
     subreaper: bool,
     cage: _contain.Cage,
     serving: type[_Serve] | None = None,
+    scratch: _confine.Scratch | None = None,
+    oom_alarm: int | None = None,
 ) -> None:  # pragma: no cover - runs only in a worker; never returns
     """Serve items until the task pipe closes; ``serving`` says how each is run (the warm
-    :class:`_Serve` by default, or ``._isolate``'s)."""
+    :class:`_Serve` by default, or ``._isolate``'s). ``scratch``: the items' temporary
+    folders, emptied after each; ``oom_alarm``: an eventfd the kernel signals when its OOM
+    killer strikes in the worker's (v1) memory group."""
     code = 70
     try:
         setup_child(fds["output_w"], fds["stack_w"], memory_mb)
@@ -71,6 +75,8 @@ def serve(
             dropped,
             fence,
             fds["stack_w"],
+            scratch,
+            oom_alarm,
         ).loop()
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the caller sees the exit and reports the item
@@ -355,8 +361,21 @@ class _Serve:  # pragma: no cover - worker only
         dropped: _Dropped,
         fence: mmap.mmap,
         stack_w: int,
+        scratch: _confine.Scratch | None = None,
+        oom_alarm: int | None = None,
     ) -> None:
         self.fn = fn
+        self.scratch = scratch
+        #: What the worker looks at after each item, in one poll (see :meth:`_confined`): the
+        #: OOM alarm of its (v1) memory group, and the watch on its items' temporary folders.
+        self.oom_alarm = -1 if oom_alarm is None else oom_alarm
+        self.confined_poll: select.poll | None = None
+        watch = -1 if scratch is None else scratch.watch
+        if self.oom_alarm >= 0 or watch >= 0:
+            self.confined_poll = select.poll()
+            for fd in (self.oom_alarm, watch):
+                if fd >= 0:
+                    self.confined_poll.register(fd, select.POLLIN)
         #: Where faulthandler writes the stack dump the caller asks for.
         self.stack_w = stack_w
         self.dropped = dropped
@@ -452,10 +471,12 @@ class _Serve:  # pragma: no cover - worker only
             self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         # What this item changed that would charge the next one: put back, or retire. Before
         # the answer, which says so: the caller then knows the items queued behind never start.
+        dirty = self.state.dirty
         try:
             leaving = not self.state.clean(wall, alone)
         except Exception:  # noqa: BLE001 - e.g. the item closed the saved cwd's descriptor
             leaving = True
+        leaving = not self._confined(dirty) or leaving
         result = result_frame(
             frame,
             payload,
@@ -478,6 +499,19 @@ class _Serve:  # pragma: no cover - worker only
         # them unstarted, and the caller hands them out again.
         if leaving or self.fence[0] == index + 1:
             os._exit(RETIRED)
+
+    def _confined(self, dirty: bool) -> bool:
+        """Once an item has ended, before its answer: an OOM kill in the worker's group ends
+        the worker (the caller reports the item over its memory limit, whatever it answered,
+        as cgroup v2's ``memory.oom.group`` would have ended it); what it left in its temporary
+        folders is removed. False when they cannot be emptied: the worker retires."""
+        events = self.confined_poll.poll(0) if self.confined_poll is not None else ()
+        watched = False
+        for fd, _ in events:
+            if fd == self.oom_alarm:
+                os.kill(self.pid, signal.SIGKILL)
+            watched = True
+        return self.scratch is None or self.scratch.clean(dirty, watched)
 
     def _output(self) -> tuple[bytes, int]:
         """What the call printed, and how much of it did not fit; cheap when it printed none."""

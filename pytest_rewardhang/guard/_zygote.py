@@ -19,6 +19,7 @@ import io
 import os
 import pickle
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -26,10 +27,10 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from . import _cgroup, _contain, _inherit, _libc, _procfs, _reap, _treekill
+from . import _cgroup, _confine, _contain, _inherit, _libc, _procfs, _quota, _reap, _treekill
 from ._child import call, null_stdin
 from ._isolate import Isolated
-from ._outcome import Status
+from ._outcome import Confinement, Status
 from ._spec import SpecError, load_callable
 from ._wire import (
     EXITED,
@@ -47,16 +48,23 @@ from ._wire import (
     PIPE_ROLES,
     SOCKET_FD,
     SPAWNED,
+    TMPDIR_PREFIX,
     WID,
     Warmup,
+    confinement_bits,
     read_config,
 )
 from ._worker import ITIMERS, serve
+
+#: The temporary folder the caller made for this zygote (see ._launch), as it was started: the
+#: zygote removes it as it exits, its caller gone or not.
+_tmpdir: list[str] = []
 
 
 def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote process
     """The zygote's start; ``joins``: its caller made it a group, whose ``cgroup.procs`` is
     open as GROUP_FD. Started again by :func:`_import_in_each_worker`, it imports nothing."""
+    _tmpdir[:] = [os.environ.get("TMPDIR", "")]
     again = sys.argv[1:2] == [_AGAIN]
     config = b""
     if again:  # the config, as the caller sent it, is on GROUP_FD; we are in our group already
@@ -80,14 +88,16 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
         return piece
 
     try:
-        path, target, memory_mb, warm, isolate = read_config(
+        path, target, memory_mb, warm, isolate, confining = read_config(
             io.BytesIO(config).read if again else receive
         )
     except Exception:  # noqa: BLE001 - the caller went away (interrupted, say) before it was sent
         os._exit(1)
     sys.path[:] = path
     if again:
-        _serve_importing_in_each_worker(sock, caller_pidfd, target, memory_mb, warm, isolate)
+        _serve_importing_in_each_worker(
+            sock, caller_pidfd, target, memory_mb, warm, isolate, confining
+        )
     try:
         fn = _resolve(target)
     except BaseException as exc:  # noqa: BLE001 - the caller raises it with this text
@@ -103,7 +113,7 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
     shared = shared_across_fork()
     if shared is not None:
         _import_in_each_worker(bytes(received), shared)
-    _serve(sock, caller_pidfd, fn, memory_mb, isolate, b"")
+    _serve(sock, caller_pidfd, fn, memory_mb, isolate, confining, b"")
 
 
 def _serve(
@@ -112,10 +122,11 @@ def _serve(
     fn: Callable[..., Any] | None,
     memory_mb: float | None,
     isolate: bool,
+    confining: Any,
     note: bytes,
     load: Callable[[], Callable[..., Any]] | None = None,
 ) -> NoReturn:  # pragma: no cover - zygote only
-    _contain.prepare()  # before we adopt orphans
+    _contain.prepare(zygote=True)  # before we adopt orphans
     # Orphans of a crashed worker come to us, to be killed. No death signal: the caller's pidfd
     # says when to go, and we take the workers with us.
     _libc.become_subreaper(None)
@@ -123,7 +134,7 @@ def _serve(
     # writing to it, which would copy each page into each worker on its first collection.
     gc.freeze()
     sock.send(MSG_READY + note)
-    _Zygote(sock, caller_pidfd, fn, memory_mb, isolate, load).loop()
+    _Zygote(sock, caller_pidfd, fn, memory_mb, isolate, confining, load).loop()
     os._exit(0)
 
 
@@ -173,6 +184,7 @@ def _serve_importing_in_each_worker(
     memory_mb: float | None,
     warm: bytes | None,
     isolate: bool,
+    confining: Any,
 ) -> NoReturn:  # pragma: no cover - zygote only
     shared = sys.argv[2]
 
@@ -184,7 +196,8 @@ def _serve_importing_in_each_worker(
             call(fn, args, kwargs)
         return fn
 
-    _serve(sock, caller_pidfd, None, memory_mb, isolate, shared.encode("utf-8", "replace"), load)
+    note = shared.encode("utf-8", "replace")
+    _serve(sock, caller_pidfd, None, memory_mb, isolate, confining, note, load)
 
 
 def serve_forked(
@@ -194,12 +207,14 @@ def serve_forked(
     caller: int,
     warmup: Warmup,
     isolate: bool,
+    confining: Any,
 ) -> None:  # pragma: no cover - runs in a zygote forked from the caller; never returns
     """The zygote of a callable that no fresh interpreter can import, forked from the caller.
 
     The caller's signal handlers and mask are not ours, and neither is its session.
     """
     code = 70
+    _tmpdir[:] = [os.environ.get("TMPDIR", "")]
     try:
         for signum in _RESET:  # as a fresh interpreter has them
             signal.signal(signum, signal.SIG_DFL)
@@ -215,12 +230,12 @@ def serve_forked(
         if os.getppid() != caller:
             os._exit(1)
         warm_up(sock, fn, warmup)
-        _contain.prepare()  # before we adopt orphans
+        _contain.prepare(zygote=True)  # before we adopt orphans
         _libc.become_subreaper(None)
         gc.freeze()
         shared = shared_across_fork()
         sock.send(MSG_READY + (b"" if shared is None else shared.encode("utf-8", "replace")))
-        _Zygote(sock, caller_pidfd, fn, memory_mb, isolate).loop()
+        _Zygote(sock, caller_pidfd, fn, memory_mb, isolate, confining).loop()
         code = 0
     finally:
         os._exit(code)
@@ -305,6 +320,7 @@ class _Zygote:  # pragma: no cover - zygote only
         fn: Callable[..., Any] | None,
         memory_mb: float | None,
         isolate: bool,
+        confining: Any,
         load: Callable[[], Callable[..., Any]] | None = None,
     ) -> None:
         self.sock = sock
@@ -325,6 +341,14 @@ class _Zygote:  # pragma: no cover - zygote only
         self.workers: dict[int, tuple[int, int]] = {}
         #: Each worker's cage: its cgroup, where cgroups contain the workers (see ._contain).
         self.cages: dict[int, _contain.Cage] = {}
+        #: What confines each worker's items (see ._run.Confining): its limits, over all its
+        #: processes (see ._quota), and the rest (see ._confine); made once per worker, not per
+        #: item, so that a warm worker's item pays nothing for them.
+        self.confining = confining
+        self.quotas: dict[int, _quota.Quota] = {}
+        self.plans: dict[int, _confine.Plan] = {}
+        #: A worker's OOM alarm (v1 memory groups), by its fd: the worker is ended at once.
+        self.by_alarm: dict[int, int] = {}
         self.by_pidfd: dict[int, int] = {}
         #: Workers killed and not reaped yet, with how many descendants they had.
         self.killed: dict[int, int] = {}
@@ -358,6 +382,11 @@ class _Zygote:  # pragma: no cover - zygote only
                 elif fd in self.by_pidfd:
                     wid = self.by_pidfd[fd]
                     self.reap(wid, self.killed.pop(wid, 0))
+                elif fd in self.by_alarm:
+                    # The OOM killer struck in its group: its item ends now, as cgroup v2's
+                    # memory.oom.group ends it, and is reported over its memory once reaped.
+                    self.poller.unregister(fd)
+                    self.kill(self.by_alarm.pop(fd))
 
     def orders(self) -> bool:
         """Carry out every message waiting from the caller; False when it says to go.
@@ -411,10 +440,11 @@ class _Zygote:  # pragma: no cover - zygote only
             os._exit(1)
         parent = os.getpid()
         cage = self.strategy.worker()
+        quota, plan = self._confinement(cage)
         pid = os.fork()
         if pid == 0:
             try:
-                if not cage.enter():
+                if not (cage.enter() and quota.join()):
                     os._exit(70)  # the caller sees a worker that died at once
                 os.close(self.sock.fileno())
                 os.close(self.caller_pidfd)
@@ -422,6 +452,8 @@ class _Zygote:  # pragma: no cover - zygote only
                     os.close(fd)
                 for pidfd in self.by_pidfd:
                     os.close(pidfd)
+                if quota.alarm is not None:
+                    _cgroup.keep_in_children(quota.alarm)  # its own: see Scratch's use of it
                 _cgroup.close_inherited()
                 os.setsid()
                 subreaper = _libc.become_subreaper(parent)
@@ -429,7 +461,15 @@ class _Zygote:  # pragma: no cover - zygote only
                 serving = Isolated if self.isolate else None
                 fn = self.fn if self.load is None else self.load()
                 assert fn is not None
-                serve(fn, pipes, self.memory_mb, subreaper, cage, serving)
+                # After the import (it may need what an item may not have: root's files, the
+                # network), before any item.
+                if not plan.enter():
+                    os._exit(70)  # never a worker left unconfined
+                scratch = None
+                if plan.tmpdir is not None:
+                    shm = Confinement.PRIVATE_SHM in plan.applied
+                    scratch = _confine.Scratch(plan.tmpdir, shm)
+                serve(fn, pipes, self.memory_mb, subreaper, cage, serving, scratch, quota.alarm)
             finally:
                 os._exit(70)
         for fd in fds:
@@ -437,9 +477,29 @@ class _Zygote:  # pragma: no cover - zygote only
         pidfd = os.pidfd_open(pid)
         self.workers[wid] = (pid, pidfd)
         self.cages[wid] = cage
+        self.quotas[wid] = quota
+        self.plans[wid] = plan
         self.by_pidfd[pidfd] = wid
         self.poller.register(pidfd, select.POLLIN)
-        socket.send_fds(self.sock, [MSG_FORKED + SPAWNED.pack(wid, pid)], [pidfd])
+        if quota.alarm is not None:
+            self.by_alarm[quota.alarm] = wid
+            self.poller.register(quota.alarm, select.POLLIN)
+        bits = confinement_bits(quota.applied | plan.applied)
+        socket.send_fds(self.sock, [MSG_FORKED + SPAWNED.pack(wid, pid, bits)], [pidfd])
+
+    def _confinement(self, cage: _contain.Cage) -> tuple[_quota.Quota, _confine.Plan]:
+        """A new worker's limits, in its cage's group (or v1 groups of its own), and the rest
+        of its items' confinement; nothing where the pool asked for none."""
+        asked = self.confining
+        if asked is None:
+            return _quota.Quota(), _confine.Plan(frozenset(), None)
+        # Its items' processes may number max_processes; an isolating worker is one more.
+        tasks = asked.max_processes
+        if tasks is not None and self.isolate:
+            tasks += 1
+        quota = _quota.Quota.make(asked.memory_mb, tasks, cage.folder)
+        plan = _confine.Plan.make(asked.memory_mb, asked.network, asked.unprivileged)
+        return quota, plan
 
     def kill(self, wid: int) -> None:
         """Kill a worker's tree, if it is still there; it is reaped when its pidfd fires."""
@@ -455,9 +515,13 @@ class _Zygote:  # pragma: no cover - zygote only
         cpu, rss = float("nan"), 0.0
         if usage is not None:
             cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+        quota = self.quotas.pop(wid)
+        oom_kills = quota.oom_kills()  # read before its group goes with the cage's
         leaked += cage.close_reaped(self)
+        quota.close(time.monotonic())  # removed later if still exiting
+        self.plans.pop(wid).close()
         with contextlib.suppress(OSError):
-            self.sock.send(MSG_REAPED + EXITED.pack(wid, status, cpu, rss, leaked))
+            self.sock.send(MSG_REAPED + EXITED.pack(wid, status, cpu, rss, leaked, oom_kills))
 
     def sweep(self) -> int:
         """Kill what a dead worker left running; it was re-parented to us, the subreaper, or
@@ -485,8 +549,14 @@ class _Zygote:  # pragma: no cover - zygote only
         until = time.monotonic() + _reap.REAP_WAIT_S
         for cage in self.cages.values():
             cage.close(until)
+        for quota in self.quotas.values():
+            quota.close(until)
+        for plan in self.plans.values():
+            plan.close()
         self.sweep()
         self.namespace.close()
+        if os.path.basename(_tmpdir[0]).startswith(TMPDIR_PREFIX):
+            shutil.rmtree(_tmpdir[0], ignore_errors=True)
 
     def _forget(self, wid: int) -> int:
         """Stop watching a worker; its pid, to reap it by."""
@@ -494,4 +564,7 @@ class _Zygote:  # pragma: no cover - zygote only
         del self.by_pidfd[pidfd]
         self.poller.unregister(pidfd)
         os.close(pidfd)
+        alarm = self.quotas[wid].alarm if wid in self.quotas else None
+        if alarm is not None and self.by_alarm.pop(alarm, None) is not None:
+            self.poller.unregister(alarm)
         return pid

@@ -290,6 +290,27 @@ def make_reward(request: pytest.FixtureRequest) -> Callable[..., Any]:
     return pooled_reward if request.param == "sync" else async_pooled_reward
 
 
+def test_a_group_whose_samples_kill_the_zygote_or_damage_their_worker_scores_every_sample(
+    make_reward: Callable[..., Any],
+) -> None:
+    # Adjacent samples of one group killing the pool's zygote failed the pool, and the adapter
+    # raised CallFailed into the trainer; an item that damaged its worker's descriptors and
+    # returned left the pool waiting for ever. Each such sample scores the default, or its own
+    # answer where that came first; every other sample scores its own.
+    reward = make_reward(spec("accuracy"), budget=5.0, default=-1.0, workers=2)
+    killing = ["kill the zygote"] * 4
+    completions = [*killing, "= 42", "damage", "= 41", "kill the zygote", "= 42", "damage"]
+    start = time.perf_counter()
+    scores = trl_call(reward, completions, ground_truth=["42"] * len(completions))
+    assert time.perf_counter() - start < 120
+    for completion, score in zip(completions, scores, strict=True):
+        if completion in ("kill the zygote", "damage"):
+            assert score in (-1.0, 0.5), (completion, score)
+        else:
+            assert score == float(completion.endswith("42")), (completion, score)
+    assert trl_call(reward, ["= 42"], ground_truth=["42"]) == [1.0]  # and it goes on
+
+
 def test_trl_detects_the_async_form() -> None:
     """grpo_trainer.py:704 and :1654 sort reward functions with inspect.iscoroutinefunction."""
     assert inspect.iscoroutinefunction(async_pooled_reward(spec("accuracy")))
