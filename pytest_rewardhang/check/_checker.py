@@ -95,6 +95,8 @@ class ScorerCheck:
         #: The example's outcome in each further context, and whether its failure was reported.
         self._again_example: dict[str, Outcome] = {}
         self._again_reported: set[str] = set()
+        #: Per family, the cases not run after its hang was confirmed (set by run_family).
+        self.skipped: dict[str, int] = {}
 
     def families(self) -> list[str]:
         found = _cases.families(self.cases)
@@ -113,7 +115,8 @@ class ScorerCheck:
             return (_harvest.MAX_UNITS + _harvest.MAX_ATTACKS) * rungs + 2 + again
         if family == SEARCH:
             return self.settings.search + 2 + again
-        return sum(case.family == family for case in self.cases) + again
+        truths = 2 * len(_cases.TRUTHS) if self.scorer.kind != "code" else 0
+        return sum(case.family == family for case in self.cases) + truths + again
 
     @property
     def primary(self) -> str:
@@ -126,23 +129,48 @@ class ScorerCheck:
         smallest hanging input is the useful reproduction.
         """
         info, example = self._prepare()
+        self.skipped[family] = 0
         if family == SEARCH:
             results = self._search(info, example)
         else:
-            cases = self._harvest(example) if family == HARVESTED else self.cases
+            cases = self.family_cases(family, info, example)
             results = []
-            for case in cases:
-                if case.family != family:
-                    continue
+            for index, case in enumerate(cases):
                 kwargs = self.kwargs_for(case)
                 result = CaseResult(case, len(case.text), self._call(self.primary, kwargs))
                 results.append(self._judge(result, kwargs, self.primary))
                 if result.fresh is not None and result.fresh.status is Status.TIMEOUT:
+                    # Confirmed: every further case would only cost a deadline more.
+                    self.skipped[family] = len(cases) - index - 1
                     break
             self._save_found(results)
         for context in self.contexts[1:]:
             results += self._again(context, example, results)
         return results
+
+    def family_cases(
+        self, family: str, info: _calls.ScorerInfo, example: dict[str, Any]
+    ) -> list[Case]:
+        """The family's cases in the order they run: its ladder, then, where the scorer takes
+        a ground truth, one of its responses under each shape of ground truth."""
+        if family == HARVESTED:
+            return [case for case in self._harvest(example) if case.family == family]
+        cases = [case for case in self.cases if case.family == family]
+        if self.scorer.kind != "code" and _calls.takes_truth(info, example):
+            cases += _cases.truth_variants(cases)
+        return cases
+
+    @property
+    def takes_truth(self) -> bool:
+        """Whether cases' ground truths reach the scorer (False until it is described)."""
+        if self._info is None or self._example is None:
+            return False
+        return _calls.takes_truth(self._info, self._example)
+
+    @property
+    def style(self) -> str | None:
+        """The call style the check chose (None until the scorer is described)."""
+        return self._info.style if self._info is not None else None
 
     def _again(
         self, context: str, example: dict[str, Any], first: list[CaseResult]
@@ -355,7 +383,9 @@ class ScorerCheck:
             raise ScorerProblem(
                 f"the scorer fails on its own example ({where}) "
                 f"{_calls.CONTEXT_NAMES[self.primary]}, so no case can be judged: "
-                f"{_first_line(first)}"
+                f"{_first_line(first)}; if it needs a step before use (a setup call, a model "
+                "loaded), register a function that takes it and then calls the scorer; if the "
+                "example does not suit it, give one with example=FILE"
             )
         return info, example
 

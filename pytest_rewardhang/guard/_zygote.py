@@ -22,6 +22,7 @@ import select
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -137,6 +138,11 @@ def shared_across_fork() -> str | None:  # pragma: no cover - zygote only
     live in memory a fork shares. A worker killed while one of its processes held such a lock
     leaves it held for every later worker (their calls then wait for ever), and what one item
     writes there the next reads. None if there is none."""
+    # Threads the import started (an executor warmed at import) are not in a forked worker:
+    # what waits on them there waits for ever.
+    started = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    if started:
+        return f"{len(started)} thread(s) started at import ({', '.join(started[:3])})"
     found = [
         sys.modules.get(name) for name in ("multiprocessing.synchronize", "multiprocessing.heap")
     ]
