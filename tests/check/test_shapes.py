@@ -5,6 +5,7 @@ needs a ground truth of another shape, and a family stopped at its confirmed han
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -101,7 +102,9 @@ def shapes(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def run(pytester: pytest.Pytester, *names: str) -> tuple[pytest.RunResult, dict[str, dict]]:
+def run(
+    pytester: pytest.Pytester, *names: str
+) -> tuple[pytest.RunResult, dict[str, dict[str, Any]]]:
     specs = [f"--reward-hang-scorer=shapes.py:{name}" for name in names]
     result = pytester.runpytest_subprocess(*FAST, *specs, "--reward-hang-json=r.json")
     report = json.loads((pytester.path / "r.json").read_text())
@@ -174,7 +177,8 @@ def test_a_hang_behind_a_ground_truth_of_another_shape_is_found_and_named(
     assert hang["ground_truth"] == "\\frac{3}{4}"
     # Every case before it, the integer truths among them, finished.
     before = [case for case in entry["cases"] if case["context"] == "main"][:-1]
-    assert before and all(case["status"] == "ok" for case in before)
+    assert before
+    assert all(case["status"] == "ok" for case in before)
     assert any(case["ground_truth"] == "42" for case in before)
 
 
