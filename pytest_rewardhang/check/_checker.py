@@ -12,6 +12,8 @@ where a context-dependent guard (an alarm that only works on the main thread) sh
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +90,9 @@ class ScorerCheck:
         self._problem: ScorerProblem | None = None
         self.problem_reported = False
         self._pools: dict[str, Pool] = {}
+        #: The further contexts' pools, started on a thread while the first context's cases
+        #: run: each is an interpreter importing the scorer, a third of a second or more.
+        self._starting: dict[str, Future[Pool]] = {}
         #: Whether the last call in each context's pool ended its worker (see _fresh).
         self._ended: dict[str, bool] = {}
         #: Where the scorer is called, the first context running every case; set by _prepare.
@@ -286,6 +291,9 @@ class ScorerCheck:
             literals=self._literals,
             max_chars=self.settings.max_chars,
         )
+        if any(outcome.status is Status.TIMEOUT for _, outcome in ran):
+            # The search stops at its first confirmed timeout: the probes it did not spend.
+            self.skipped[SEARCH] = max(self.settings.search - len(ran), 0)
         results = []
         for case, outcome in ran:
             kwargs = _calls.with_case(info, example, self.scorer.kind, case.text)
@@ -349,6 +357,10 @@ class ScorerCheck:
         return formula.expand(high, self.settings.seed)
 
     def close(self) -> None:
+        starting, self._starting = self._starting, {}
+        for context, future in starting.items():
+            if future.exception() is None:  # waits for it: closed below with the others
+                self._pools[context] = future.result()
         pools, self._pools = self._pools, {}
         for pool in pools.values():
             pool.close()
@@ -378,7 +390,9 @@ class ScorerCheck:
         self.contexts = contexts_for(info, self.scorer.contexts or self.settings.contexts)
         example = self._load_example(info)
         first = self._call(self.primary, example)
-        if first.status is not Status.OK:
+        if first.status is Status.OK:
+            self._start_further_pools()
+        else:
             where = str(self.scorer.example) if self.scorer.example else "the default example"
             raise ScorerProblem(
                 f"the scorer fails on its own example ({where}) "
@@ -410,8 +424,28 @@ class ScorerCheck:
 
     def _worker(self, context: str) -> Pool:
         if context not in self._pools:
-            self._pools[context] = self._new_pool(context)
+            starting = self._starting.pop(context, None)
+            self._pools[context] = (
+                starting.result() if starting is not None else self._new_pool(context)
+            )
         return self._pools[context]
+
+    def _start_further_pools(self) -> None:
+        """Start each further context's pool on a thread of its own, to be waited for when
+        its first call comes (``_worker``)."""
+        for context in self.contexts[1:]:
+            if context in self._pools or context in self._starting:
+                continue
+            future: Future[Pool] = Future()
+
+            def start(context: str = context, future: Future[Pool] = future) -> None:
+                try:
+                    future.set_result(self._new_pool(context))
+                except BaseException as exc:  # noqa: BLE001 - raised again by _worker
+                    future.set_exception(exc)
+
+            threading.Thread(target=start, name="reward-hang-pool-start", daemon=True).start()
+            self._starting[context] = future
 
     def _new_pool(self, context: str) -> Pool:
         materialize = self._info.materialize if self._info is not None else ()
