@@ -101,7 +101,7 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
         what = f"{type(exc).__name__}: {exc}"
         _warmup_failed(sock, f"the warm-up item could not be unpickled in the zygote: {what}")
     warm_up(sock, fn, warmup)
-    shared = shared_across_fork()
+    shared = shared_across_fork() or threads_started()
     if shared is not None:
         _import_in_each_worker(bytes(received), shared)
     _serve(sock, caller_pidfd, fn, memory_mb, isolate, b"")
@@ -138,11 +138,6 @@ def shared_across_fork() -> str | None:  # pragma: no cover - zygote only
     live in memory a fork shares. A worker killed while one of its processes held such a lock
     leaves it held for every later worker (their calls then wait for ever), and what one item
     writes there the next reads. None if there is none."""
-    # Threads the import started (an executor warmed at import) are not in a forked worker:
-    # what waits on them there waits for ever.
-    started = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
-    if started:
-        return f"{len(started)} thread(s) started at import ({', '.join(started[:3])})"
     found = [
         sys.modules.get(name) for name in ("multiprocessing.synchronize", "multiprocessing.heap")
     ]
@@ -157,6 +152,16 @@ def shared_across_fork() -> str | None:  # pragma: no cover - zygote only
         if isinstance(obj, kinds):
             return f"a multiprocessing {type(obj).__name__} ({type(obj).__module__})"
     return None
+
+
+def threads_started() -> str | None:  # pragma: no cover - zygote only
+    """The threads the scorer's import (and warm-up) started in this fresh interpreter (an
+    executor warmed at import): a forked worker has none of them, and what waits on them there
+    waits for ever. None if there are none."""
+    started = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    if not started:
+        return None
+    return f"{len(started)} thread(s) started at import ({', '.join(started[:3])})"
 
 
 def _import_in_each_worker(config: bytes, shared: str) -> NoReturn:  # pragma: no cover
