@@ -205,3 +205,25 @@ def test_quick_isolate_benchmark_prints_the_table() -> None:
         assert re.fullmatch(r"[\d,]+", row[1]), row
     assert "CPUs" in stdout
     assert "load average" in stdout
+
+
+@pytest.mark.timeout(240)
+def test_check_time_benchmark_quick() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_check_time.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = table_rows(done.stdout)
+    assert rows[0] == ["scorer", "check wall", "pytest session", "cases", "verdict"], done.stdout
+    assert rows[1][0] == "fixed_math.compute_score"
+    assert rows[1][-1] == "ok", done.stdout
+    families = {row[0]: row for row in rows if row[0] in ("repetition", "power-tower")}
+    assert set(families) == {"repetition", "power-tower"}, done.stdout
+    for row in families.values():
+        assert row[1:3] == ["1", "2"], row  # one case, its hang and the fresh worker's
+    total = next(row for row in rows if row[0].startswith("all "))
+    assert int(total[3]) > 0, total  # the cases the confirmed hangs spared

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_rewardhang.guard._spec import load_callable
+from pytest_rewardhang.guard._spec import (
+    SpecError,
+    is_file_target,
+    load_callable,
+    load_file,
+    split_spec,
+)
 
 RESPONSE_NAMES = (
     "solution_str",
@@ -31,6 +37,18 @@ RESPONSE_NAMES = (
     "prediction",
     "output",
 )
+#: A batch function's response parameter (it takes lists and returns a list): verl's batched
+#: ``compute_score(data_sources, solution_strs, ground_truths, extra_infos)`` and the like.
+BATCH_RESPONSE_NAMES = (
+    "solution_strs",
+    "predict_strs",
+    "model_outputs",
+    "responses",
+    "predictions",
+    "outputs",
+)
+#: A batch function's ground-truth parameter.
+_BATCH_TRUTHS = ("ground_truths", "answers", "labels", "references", "solutions")
 _FENCE = re.compile(r"(```[^\n]*\n)(.*?)(```)", re.DOTALL)
 
 
@@ -232,7 +250,7 @@ class CallStyleError(Exception):
 
 
 #: Call styles, by the trainer whose call they copy; ``style=NAME`` forces one.
-STYLES = ("verl", "single", "trl", "openrlhf", "areal", "verifiers", "slime", "rllm")
+STYLES = ("verl", "single", "trl", "openrlhf", "areal", "verifiers", "slime", "rllm", "batch")
 #: What verifiers' rubric passes a reward function (filtered by its signature).
 _VERIFIERS = ("prompt", "completion", "answer", "state", "task", "info", "parser")
 #: What AReaL passes its reward functions, ``completions`` being one string.
@@ -267,7 +285,11 @@ class ScorerInfo:
 
 def describe(spec: str, rootdir: str, response: str | None, style: str | None = None) -> ScorerInfo:
     """Import the scorer and read its signature (run in a child process)."""
-    fn = load_callable(spec, Path(rootdir))
+    try:
+        fn = load_callable(spec, Path(rootdir))
+    except SpecError:
+        _refuse_rubric(spec, Path(rootdir))
+        raise
     target = inspect.unwrap(fn)
     try:
         file: str | None = inspect.getsourcefile(target)
@@ -293,6 +315,26 @@ def describe(spec: str, rootdir: str, response: str | None, style: str | None = 
     return ScorerInfo(style_name, arg, params, file, line, is_async, var_kwargs, tuple(annotations))
 
 
+def _refuse_rubric(spec: str, rootdir: Path) -> None:
+    """One line for a rubric object (verifiers' ``Rubric``: reward functions and weights, not
+    itself callable): which functions to register instead."""
+    target, attr = split_spec(spec)
+    try:
+        obj: Any = load_file(rootdir / target) if is_file_target(target) else sys.modules[target]
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (SpecError, KeyError, AttributeError):
+        return
+    funcs = getattr(obj, "funcs", None) or getattr(obj, "reward_funcs", None)
+    if not isinstance(funcs, list | tuple) or not funcs or not all(map(callable, funcs)):
+        return
+    names = [getattr(f, "__name__", "?") for f in funcs]
+    raise CallStyleError(
+        f"{spec!r} is a rubric ({type(obj).__name__} of {', '.join(names)}), not a function: "
+        f"register each reward function as a scorer, e.g. {target}:{names[0]} style=verifiers"
+    )
+
+
 def call_style(
     params: tuple[str, ...],
     response: str | None,
@@ -308,6 +350,8 @@ def call_style(
     if response is not None and params and response not in names and "kwargs" not in names:
         raise CallStyleError(f"response={response!r} is not a parameter of {params}")
     if style is not None:
+        if style == "batch":
+            return style, response or _single_arg(params, BATCH_RESPONSE_NAMES)
         return style, response or _STYLE_RESPONSE.get(style) or _single_arg(params)
     if response is not None:
         return ("trl" if response == "completions" else "single"), response
@@ -328,6 +372,8 @@ def call_style(
         return "slime", "sample"
     if "completion" in names and names & {"state", "info", "task", "parser", "prompt"}:
         return "verifiers", "completion"
+    if names & set(BATCH_RESPONSE_NAMES) and not names & set(RESPONSE_NAMES):
+        return "batch", _single_arg(params, BATCH_RESPONSE_NAMES)
     return "single", _single_arg(params)
 
 
@@ -342,13 +388,13 @@ _STYLE_RESPONSE = {
 }
 
 
-def _single_arg(params: tuple[str, ...]) -> str:
+def _single_arg(params: tuple[str, ...], names: tuple[str, ...] = RESPONSE_NAMES) -> str:
     for name in params:
-        if name in RESPONSE_NAMES:
+        if name in names:
             return name
     raise CallStyleError(
         f"cannot tell which parameter of {params} receives the response; "
-        "name it with response=ARGNAME"
+        "name it with response=ARGNAME (and style=batch if it takes lists)"
     )
 
 
@@ -401,6 +447,17 @@ def default_example(info: ScorerInfo, kind: str) -> dict[str, Any]:
     if info.style == "rllm":
         task = {"question": _PROMPT, "ground_truth": truth, "data_source": "math"}
         return {"task_info": task, info.response_arg: response}
+    if info.style == "batch":  # a batch of one
+        source = "lighteval/MATH" if kind != "text" else "openai/gsm8k"
+        batch: dict[str, Any] = {info.response_arg: [response]}
+        for name in info.params:
+            if name in _BATCH_TRUTHS:
+                batch[name] = [truth]
+            elif name == "data_sources":
+                batch[name] = [source]
+            elif name == "extra_infos":
+                batch[name] = [{}]
+        return batch
     example = {info.response_arg: response}
     for name in ("ground_truth", "answer", "label", "reference"):
         if name in info.params:
@@ -420,7 +477,7 @@ def with_case(info: ScorerInfo, example: dict[str, Any], kind: str, text: str) -
     """The example's keyword arguments with the generated response (or program) in place."""
     kwargs = copy.deepcopy(example)
     arg = info.response_arg
-    if info.style == "trl":
+    if info.style in ("trl", "batch"):
         for name, value in kwargs.items():  # one-element batch: the other columns follow
             if name != arg and isinstance(value, list) and value:
                 kwargs[name] = value[:1]
@@ -475,6 +532,17 @@ def with_truth(info: ScorerInfo, kwargs: dict[str, Any], truth: str) -> dict[str
     return kwargs
 
 
+def takes_truth(info: ScorerInfo, example: dict[str, Any]) -> bool:
+    """Whether a case's ground truth can go in the example's place (see :func:`with_truth`)."""
+    slot = truth_slot(info, example)
+    if slot is None:
+        return False
+    old = slot[0][slot[1]]
+    return isinstance(old, str) or (
+        isinstance(old, list) and bool(old) and all(isinstance(v, str) for v in old)
+    )
+
+
 def truth_slot(info: ScorerInfo, kwargs: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
     """Where the ground truth sits in a call's arguments: ``(the dict holding it, its key)``."""
     if info.style == "openrlhf":
@@ -488,6 +556,8 @@ def truth_slot(info: ScorerInfo, kwargs: dict[str, Any]) -> tuple[dict[str, Any]
     names = (
         ("solution", "answer", "ground_truth")
         if info.style == "trl"
+        else _BATCH_TRUTHS
+        if info.style == "batch"
         else ("ground_truth", "answer", "label", "reference")
     )
     for name in names:

@@ -12,6 +12,8 @@ where a context-dependent guard (an alarm that only works on the main thread) sh
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +90,9 @@ class ScorerCheck:
         self._problem: ScorerProblem | None = None
         self.problem_reported = False
         self._pools: dict[str, Pool] = {}
+        #: The further contexts' pools, started on a thread while the first context's cases
+        #: run: each is an interpreter importing the scorer, a third of a second or more.
+        self._starting: dict[str, Future[Pool]] = {}
         #: Whether the last call in each context's pool ended its worker (see _fresh).
         self._ended: dict[str, bool] = {}
         #: Where the scorer is called, the first context running every case; set by _prepare.
@@ -95,6 +100,8 @@ class ScorerCheck:
         #: The example's outcome in each further context, and whether its failure was reported.
         self._again_example: dict[str, Outcome] = {}
         self._again_reported: set[str] = set()
+        #: Per family, the cases not run after its hang was confirmed (set by run_family).
+        self.skipped: dict[str, int] = {}
 
     def families(self) -> list[str]:
         found = _cases.families(self.cases)
@@ -113,7 +120,8 @@ class ScorerCheck:
             return (_harvest.MAX_UNITS + _harvest.MAX_ATTACKS) * rungs + 2 + again
         if family == SEARCH:
             return self.settings.search + 2 + again
-        return sum(case.family == family for case in self.cases) + again
+        truths = 2 * len(_cases.TRUTHS) if self.scorer.kind != "code" else 0
+        return sum(case.family == family for case in self.cases) + truths + again
 
     @property
     def primary(self) -> str:
@@ -126,23 +134,48 @@ class ScorerCheck:
         smallest hanging input is the useful reproduction.
         """
         info, example = self._prepare()
+        self.skipped[family] = 0
         if family == SEARCH:
             results = self._search(info, example)
         else:
-            cases = self._harvest(example) if family == HARVESTED else self.cases
+            cases = self.family_cases(family, info, example)
             results = []
-            for case in cases:
-                if case.family != family:
-                    continue
+            for index, case in enumerate(cases):
                 kwargs = self.kwargs_for(case)
                 result = CaseResult(case, len(case.text), self._call(self.primary, kwargs))
                 results.append(self._judge(result, kwargs, self.primary))
                 if result.fresh is not None and result.fresh.status is Status.TIMEOUT:
+                    # Confirmed: every further case would only cost a deadline more.
+                    self.skipped[family] = len(cases) - index - 1
                     break
             self._save_found(results)
         for context in self.contexts[1:]:
             results += self._again(context, example, results)
         return results
+
+    def family_cases(
+        self, family: str, info: _calls.ScorerInfo, example: dict[str, Any]
+    ) -> list[Case]:
+        """The family's cases in the order they run: its ladder, then, where the scorer takes
+        a ground truth, one of its responses under each shape of ground truth."""
+        if family == HARVESTED:
+            return [case for case in self._harvest(example) if case.family == family]
+        cases = [case for case in self.cases if case.family == family]
+        if self.scorer.kind != "code" and _calls.takes_truth(info, example):
+            cases += _cases.truth_variants(cases)
+        return cases
+
+    @property
+    def takes_truth(self) -> bool:
+        """Whether cases' ground truths reach the scorer (False until it is described)."""
+        if self._info is None or self._example is None:
+            return False
+        return _calls.takes_truth(self._info, self._example)
+
+    @property
+    def style(self) -> str | None:
+        """The call style the check chose (None until the scorer is described)."""
+        return self._info.style if self._info is not None else None
 
     def _again(
         self, context: str, example: dict[str, Any], first: list[CaseResult]
@@ -258,6 +291,9 @@ class ScorerCheck:
             literals=self._literals,
             max_chars=self.settings.max_chars,
         )
+        if any(outcome.status is Status.TIMEOUT for _, outcome in ran):
+            # The search stops at its first confirmed timeout: the probes it did not spend.
+            self.skipped[SEARCH] = max(self.settings.search - len(ran), 0)
         results = []
         for case, outcome in ran:
             kwargs = _calls.with_case(info, example, self.scorer.kind, case.text)
@@ -321,6 +357,10 @@ class ScorerCheck:
         return formula.expand(high, self.settings.seed)
 
     def close(self) -> None:
+        starting, self._starting = self._starting, {}
+        for context, future in starting.items():
+            if future.exception() is None:  # waits for it: closed below with the others
+                self._pools[context] = future.result()
         pools, self._pools = self._pools, {}
         for pool in pools.values():
             pool.close()
@@ -350,12 +390,16 @@ class ScorerCheck:
         self.contexts = contexts_for(info, self.scorer.contexts or self.settings.contexts)
         example = self._load_example(info)
         first = self._call(self.primary, example)
-        if first.status is not Status.OK:
+        if first.status is Status.OK:
+            self._start_further_pools()
+        else:
             where = str(self.scorer.example) if self.scorer.example else "the default example"
             raise ScorerProblem(
                 f"the scorer fails on its own example ({where}) "
                 f"{_calls.CONTEXT_NAMES[self.primary]}, so no case can be judged: "
-                f"{_first_line(first)}"
+                f"{_first_line(first)}; if it needs a step before use (a setup call, a model "
+                "loaded), register a function that takes it and then calls the scorer; if the "
+                "example does not suit it, give one with example=FILE"
             )
         return info, example
 
@@ -380,8 +424,28 @@ class ScorerCheck:
 
     def _worker(self, context: str) -> Pool:
         if context not in self._pools:
-            self._pools[context] = self._new_pool(context)
+            starting = self._starting.pop(context, None)
+            self._pools[context] = (
+                starting.result() if starting is not None else self._new_pool(context)
+            )
         return self._pools[context]
+
+    def _start_further_pools(self) -> None:
+        """Start each further context's pool on a thread of its own, to be waited for when
+        its first call comes (``_worker``)."""
+        for context in self.contexts[1:]:
+            if context in self._pools or context in self._starting:
+                continue
+            future: Future[Pool] = Future()
+
+            def start(context: str = context, future: Future[Pool] = future) -> None:
+                try:
+                    future.set_result(self._new_pool(context))
+                except BaseException as exc:  # noqa: BLE001 - raised again by _worker
+                    future.set_exception(exc)
+
+            threading.Thread(target=start, name="reward-hang-pool-start", daemon=True).start()
+            self._starting[context] = future
 
     def _new_pool(self, context: str) -> Pool:
         materialize = self._info.materialize if self._info is not None else ()

@@ -115,6 +115,7 @@ class FamilyItem(RewardHangItem):
             strict_complexity=self.settings.strict_complexity,
             expect_hang=self.check.scorer.expect_hang,
             known_item=self.known_hang,
+            skipped=self.check.skipped.get(self.family, 0),
         )
         # Only a passing family is measured; the search's inputs change from run to run, so
         # there is nothing there to compare.

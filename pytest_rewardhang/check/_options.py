@@ -23,7 +23,7 @@ FAILURE_KINDS = ("timeout", "error", "crashed", "memory", "leak")
 #: Where a scorer is called: the guarded worker's main thread, a worker thread, an event loop.
 CONTEXTS = ("main", "thread", "loop")
 #: Call styles a scorer's ``style=`` key may force (``_calls`` reads the signature otherwise).
-STYLES = ("verl", "single", "trl", "openrlhf", "areal", "verifiers", "slime", "rllm")
+STYLES = ("verl", "single", "trl", "openrlhf", "areal", "verifiers", "slime", "rllm", "batch")
 #: ``--reward-hang-compare-fail`` fields; ``_baseline.FIELDS`` says which entry key each reads.
 LIMIT_FIELDS = ("cpu_p50", "cpu_p95", "cpu_max", "peak_mb", "growth")
 _LIMIT = re.compile(r"^(?P<field>[a-z0-9_]+):(?P<amount>[0-9]*\.?[0-9]+)(?P<percent>%?)$")

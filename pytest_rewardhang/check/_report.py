@@ -193,7 +193,7 @@ def item_message(
     if verdict.kind is Kind.HANG_CAUGHT:
         timeouts = len(verdict.timeouts)
         count = f"{timeouts} case(s) past the deadline" if timeouts else "projected"
-        return f"hang caught: {count} ({verdict.expected_by})"
+        return f"hang caught: {count} ({verdict.expected_by}){_skipped(verdict, '; ')}"
     if verdict.kind is Kind.NO_LONGER_HANGS:
         return (
             f"no longer hangs: {scorer.id}::{family} is listed in reward_hang_known but none of "
@@ -211,10 +211,20 @@ def item_message(
         )
     if verdict.failing:
         message = failure_message(check, list(verdict.failing))
+        if verdict.skipped:
+            head, _, rest = message.partition("\n")
+            message = f"{head}\n{_skipped(verdict)}\n{rest}"
     else:
         steep = list(verdict.projected or verdict.too_steep)
         message = growth_message(check, steep, bool(verdict.projected))
     return message + growth_lines(growth)
+
+
+def _skipped(verdict: Verdict, lead: str = "") -> str:
+    """The line on the cases a confirmed hang spared ("" when none were)."""
+    if not verdict.skipped:
+        return ""
+    return f"{lead}stopped after the confirmed hang: {verdict.skipped} case(s) skipped"
 
 
 def failure_message(check: ScorerCheck, failing: list[CaseResult]) -> str:
@@ -241,6 +251,8 @@ def failure_message(check: ScorerCheck, failing: list[CaseResult]) -> str:
             f"wall {out.wall_s:.2f} s, cpu {out.cpu_s:.2f} s, deadline {check.deadline:g} s"
         )
         lines.append(f"  {result.called}")
+        if result.case.ground_truth is not None and check.takes_truth:
+            lines.append(f"  with ground truth {result.case.ground_truth!r}")
         if out.status is Status.TIMEOUT:
             if result.fresh is not None:
                 alone = result.fresh.status is Status.TIMEOUT
@@ -339,6 +351,8 @@ def item_record(
         "spec": check.scorer.spec,
         "family": family,
         "verdict": verdict.kind.value,
+        "style": check.style,
+        "skipped": verdict.skipped,
         "expect_hang": check.scorer.expect_hang,
         "deadline": check.deadline,
         "cases": [
@@ -352,6 +366,7 @@ def item_record(
                 "leaked": r.outcome.leaked,
                 "fresh_status": str(r.fresh.status) if r.fresh else None,
                 "context": r.context,
+                "ground_truth": r.case.ground_truth if check.takes_truth else None,
                 **_where(r, check),
                 "saved": str(r.saved) if r.saved else None,
             }
@@ -451,12 +466,16 @@ class Summary:
                 {
                     "id": record["id"],
                     "spec": record["spec"],
+                    "style": None,
                     "cases": [],
+                    "skipped": 0,
                     "verdicts": [],
                     "growth": [],
                 },
             )
             entry["cases"] += record["cases"]
+            entry["skipped"] += record.get("skipped", 0)
+            entry["style"] = entry["style"] or record.get("style")
             entry["growth"] += [{**g, "family": record["family"]} for g in record.get("growth", [])]
             entry["verdicts"].append(record["verdict"])
             entry["expect_hang"] = record.get("expect_hang", False)
@@ -485,7 +504,18 @@ class Summary:
 
     def table(self) -> list[str]:
         rows = [
-            ("scorer", "cases", "worst wall", "p95 wall", "timeouts", "errors", "verdict", "growth")
+            (
+                "scorer",
+                "style",
+                "cases",
+                "skipped",
+                "worst wall",
+                "p95 wall",
+                "timeouts",
+                "errors",
+                "verdict",
+                "growth",
+            )
         ]
         for entry in self.scorers():
             walls = sorted(case["wall_s"] for case in entry["cases"]) or [0.0]
@@ -499,7 +529,9 @@ class Summary:
             rows.append(
                 (
                     entry["id"],
+                    entry["style"] or "-",
                     str(len(entry["cases"])),
+                    str(entry["skipped"]),
                     f"{walls[-1]:.2f} s",
                     f"{p95:.2f} s",
                     str(timeouts),
@@ -564,10 +596,16 @@ def _annotation(record: dict[str, Any], case: dict[str, Any]) -> str:
 
 
 def _markdown_table(scorers: list[dict[str, Any]]) -> str:
-    rows = ["| scorer | cases | timeouts | verdict |", "| --- | ---: | ---: | --- |"]
+    rows = [
+        "| scorer | style | cases | skipped | timeouts | verdict |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
     for entry in scorers:
         timeouts = sum(case["status"] == "timeout" for case in entry["cases"])
-        rows.append(f"| `{entry['id']}` | {len(entry['cases'])} | {timeouts} | {entry['status']} |")
+        rows.append(
+            f"| `{entry['id']}` | {entry['style'] or '-'} | {len(entry['cases'])} | "
+            f"{entry['skipped']} | {timeouts} | {entry['status']} |"
+        )
     return "\n".join(rows)
 
 

@@ -56,6 +56,8 @@ class Verdict:
     expected_by: str = ""
     #: What stopped the check (``PROBLEM``), one line.
     problem: str = ""
+    #: The family's cases not run once a hang was confirmed (a fresh worker timed out too).
+    skipped: int = 0
     #: A passing family's baseline entry (when baselines are saved or compared), its comparison
     #: (when compared) and whether a regression was run again before it counted.
     entry: dict[str, Any] | None = None
@@ -76,11 +78,13 @@ def judge(
     strict_complexity: bool,
     expect_hang: bool,
     known_item: bool,
+    skipped: int = 0,
 ) -> Verdict:
     """The verdict on a family's cases; a passing one may still regress (``against_baseline``).
 
     ``expect_hang``: the scorer is declared ``expect=hang`` or listed in ``reward_hang_known``;
-    ``known_item``: this scorer x family is listed there. Strictness for a hanging scorer is per
+    ``known_item``: this scorer x family is listed there; ``skipped``: the cases not run after
+    the family's hang was confirmed. Strictness for a hanging scorer is per
     scorer, not per family: one that hangs on no family at all is caught by ``rollup``.
     """
     timeouts = tuple(r for r in results if r.outcome.status is Status.TIMEOUT)
@@ -90,12 +94,15 @@ def judge(
     too_steep = tuple(g for g in growth if g.superlinear) if strict_complexity else ()
     if (expect_hang or known_item) and (timeouts or projected):
         why = "reward_hang_known" if known_item else "expect=hang"
-        return Verdict(Kind.HANG_CAUGHT, timeouts, projected=projected, expected_by=why)
+        return Verdict(
+            Kind.HANG_CAUGHT, timeouts, projected=projected, expected_by=why, skipped=skipped
+        )
     failing = tuple(r for r in results if failure_kinds(r) & fail_on)
     if not failing and not projected and not too_steep:
         return Verdict(Kind.NO_LONGER_HANGS if known_item else Kind.OK)
     hang = any(r.outcome.status is Status.TIMEOUT for r in failing) or bool(projected)
-    return Verdict(Kind.HANG if hang else Kind.FAIL, timeouts, failing, projected, too_steep)
+    kind = Kind.HANG if hang else Kind.FAIL
+    return Verdict(kind, timeouts, failing, projected, too_steep, skipped=skipped)
 
 
 def problem(message: str) -> Verdict:

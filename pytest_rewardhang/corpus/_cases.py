@@ -107,5 +107,52 @@ def cases_for(
     return cases
 
 
+#: The shapes a dataset's answer takes, each as ``(shape, a truth the response is made to give,
+#: one it does not give)``: scorers branch on the answer (an integer takes a string compare, a
+#: fraction or an expression goes through sympy), so a hang can need a truth of one shape.
+TRUTHS = (
+    ("an integer", "42", "17"),
+    ("a fraction", "\\frac{3}{4}", "\\frac{5}{8}"),
+    ("a decimal", "0.75", "2.5"),
+    ("a LaTeX expression", "2\\sqrt{3} + \\pi", "x^{2} + 1"),
+    ("text", "Paris", "blue whale"),
+    ("a list", "[1, 2, 3]", "(4, 5, 6)"),
+)
+#: The most characters a family's ground-truth variants run at: a truth-dependent step is slow
+#: on a short input already, and growing the input is the ladder's job.
+TRUTH_CHARS = 4096
+
+
+def truth_variants(cases: Sequence[Case]) -> list[Case]:
+    """One response of the family run with each ground truth of :data:`TRUTHS`.
+
+    The response is the family's longest case up to :data:`TRUTH_CHARS` (its shortest if none
+    is that short); for the truth it gives, it ends with ``\\boxed{truth}``. Twelve cases a
+    family, not a ladder each: they carry no formula, so they stay out of growth fits.
+    """
+    if not cases:
+        return []
+    within = [c for c in cases if len(c.text) <= TRUTH_CHARS]
+    base = (
+        max(within, key=lambda c: len(c.text)) if within else min(cases, key=lambda c: len(c.text))
+    )
+    variants = []
+    for number, (shape, given, other) in enumerate(TRUTHS):
+        for truth, gives in ((given, True), (other, False)):
+            text = f"{base.text}\nThe final answer is \\boxed{{{truth}}}." if gives else base.text
+            which = "gives" if gives else "does not give"
+            variants.append(
+                Case(
+                    f"{base.id}-truth{number}-{'given' if gives else 'other'}",
+                    base.family,
+                    text,
+                    f"{base.description}; a ground truth of {shape} the response {which}",
+                    truth,
+                    provenance=base.provenance,
+                )
+            )
+    return variants
+
+
 def families(cases: Sequence[Case]) -> list[str]:
     return list(dict.fromkeys(case.family for case in cases))

@@ -23,6 +23,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -110,7 +111,7 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
         what = f"{type(exc).__name__}: {exc}"
         _warmup_failed(sock, f"the warm-up item could not be unpickled in the zygote: {what}")
     warm_up(sock, fn, warmup)
-    shared = shared_across_fork()
+    shared = shared_across_fork() or threads_started()
     if shared is not None:
         _import_in_each_worker(bytes(received), shared)
     _serve(sock, caller_pidfd, fn, memory_mb, isolate, confining, b"")
@@ -162,6 +163,16 @@ def shared_across_fork() -> str | None:  # pragma: no cover - zygote only
         if isinstance(obj, kinds):
             return f"a multiprocessing {type(obj).__name__} ({type(obj).__module__})"
     return None
+
+
+def threads_started() -> str | None:  # pragma: no cover - zygote only
+    """The threads the scorer's import (and warm-up) started in this fresh interpreter (an
+    executor warmed at import): a forked worker has none of them, and what waits on them there
+    waits for ever. None if there are none."""
+    started = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    if not started:
+        return None
+    return f"{len(started)} thread(s) started at import ({', '.join(started[:3])})"
 
 
 def _import_in_each_worker(config: bytes, shared: str) -> NoReturn:  # pragma: no cover

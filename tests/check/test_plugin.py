@@ -59,7 +59,7 @@ def test_each_kind_of_scorer_gets_its_verdict(project: pytest.Pytester, xdist: l
     result.stdout.fnmatch_lines(
         [
             "*= reward hang check =*",
-            "scorer*cases*worst wall*p95 wall*timeouts*errors*verdict*",
+            "scorer*style*cases*skipped*worst wall*p95 wall*timeouts*errors*verdict*",
         ]
     )
     report = json.loads((project.path / "r.json").read_text())

@@ -150,6 +150,8 @@ class FakeCheck:
     scorer: ScorerSpec
     deadline: float = 2.0
     rootdir: Path = field(default_factory=Path.cwd)
+    style: str | None = "single"
+    takes_truth: bool = True
 
 
 VERDICTS = {
@@ -183,7 +185,7 @@ def test_every_report_reads_the_same_verdict(kind: Kind) -> None:
     summary.add(record)
     scorer = _verdict.rollup([kind], spec.expect_hang)
     assert [entry["status"] for entry in summary.scorers()] == [scorer.value]
-    assert summary.table()[1].split()[8:-1] == scorer.value.split()  # the table's verdict
+    assert summary.table()[1].split()[10:-1] == scorer.value.split()  # the table's verdict
     assert summary.fails() is scorer.fails  # the exit status
     message = _report.item_message(check, "family", verdict, [], Path("b.json"))
     assert bool(message) is (kind is not Kind.OK)

@@ -38,7 +38,8 @@ def quadratic(solution_str, ground_truth):
 
 
 def truth_seen(solution_str, ground_truth):
-    if "abab" in solution_str and ground_truth != "1/2":
+    # The default example's truth with a corpus response: the case's own was not passed.
+    if "abab" in solution_str and ground_truth == "42" and "boxed{42}" not in solution_str:
         raise ValueError(f"ground truth not passed: {ground_truth!r}")
     return 0.0
 '''
@@ -82,7 +83,16 @@ def test_user_corpus_shadows_and_family_selection(project: pytest.Pytester) -> N
     assert report["settings"]["corpus_version"].startswith("1:")
     # Each case once per context it was called in (contexts run the slowest cases again).
     ids = {case["id"] for case in report["scorers"][0]["cases"]}
-    assert sorted(ids) == ["halves-64", "repetition-128", "repetition-64"]
+    assert sorted(i for i in ids if "-truth" not in i) == [
+        "halves-64",
+        "repetition-128",
+        "repetition-64",
+    ]
+    # And each family's longest case under the other shapes of ground truth.
+    assert {i.rsplit("-truth", 1)[0] for i in ids if "-truth" in i} == {
+        "halves-64",
+        "repetition-128",
+    }
 
 
 @pytest.mark.timeout(60)

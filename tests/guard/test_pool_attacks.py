@@ -158,6 +158,16 @@ def test_a_scorer_making_an_executor_at_import_survives_its_items_kills(
     assert "each worker imports the scorer itself" in said[0]
 
 
+@pytest.mark.usefixtures("no_leaks")
+def test_a_scorer_whose_import_starts_threads_gets_them_in_every_worker() -> None:
+    # A worker forked from the zygote that imported the module has none of the executor's
+    # threads: every call waited on them until its deadline. Now each worker imports it.
+    scorer = "tests.guard._thread_scorer:uses_its_threads"
+    with Pool(scorer, workers=1, budget=5.0) as pool:
+        outs = pool.map([("ab",), ("abc",)])
+    assert [out.value for out in outs] == [2, 3], [out.describe() for out in outs]
+
+
 # --- isolation ----------------------------------------------------------------------------------
 
 
