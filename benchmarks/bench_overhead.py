@@ -467,12 +467,12 @@ def profile_section(count: int = 20_000) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--rounds", type=int, help="rounds per comparison (default 9; 3 quick)")
+    parser.add_argument("--rounds", type=int, help="rounds per comparison (default 9; 5 quick)")
     parser.add_argument("--only", default="pool,run,isolate", help="comma-separated sections")
     parser.add_argument("--steps", action="store_true", help="run() with each step taken out")
     parser.add_argument("--profile", action="store_true", help="profile caller and worker")
     args = parser.parse_args()
-    rounds = args.rounds or (3 if args.quick else 9)
+    rounds = args.rounds or (5 if args.quick else 9)
     sections = set(args.only.split(","))
     if not sections <= {"pool", "run", "isolate"}:
         parser.error(f"--only: unknown section(s) {sorted(sections - {'pool', 'run', 'isolate'})}")
