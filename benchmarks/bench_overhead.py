@@ -1,29 +1,32 @@
 """What guarding costs, each figure a ratio to its unguarded reference measured in the same run.
 
-Run: .venv/bin/python benchmarks/bench_overhead.py [--quick] [--rounds N] [--only pool,run,isolate]
-     [--steps] [--profile]
+Run: .venv/bin/python benchmarks/bench_overhead.py [--quick [--steps] [--profile]] [--rounds N]
+     [--only pool,run,isolate]
 
 Three comparisons, each in rounds that take turns between the peers (the order reversed every
 other round), so that the speed of a shared VM, which changes from minute to minute, is the same
 for all of them; every ratio is the median of the rounds' own ratios:
 
 - ``pool``: ``Pool(workers=2).map`` against an unguarded ``multiprocessing.Pool(2).starmap``
-  (fork context, its own default chunk size, ``len / 8``, the best of the sizes tried), on the
-  ``fast`` scorer of ``pool_scorers.py`` (~45 µs) and on ``medium`` (the same work 22 times,
-  ~1 ms); both against two independent serial loops run at once in two forked processes, the
-  most two cores give. Both pools are started and warmed before the first round.
+  (fork context, its own default chunk size, ``len / 8``), on the ``fast`` scorer of
+  ``pool_scorers.py`` (~45 µs) and on ``medium`` (the same work 22 times, ~1 ms); both against
+  two independent serial loops run at once in two forked processes, the most two cores give.
+  Both pools are started and warmed before the first round. Each peer's CPU per item (its
+  processes' ``schedstat``) is reported too: on a machine others load, it says what a peer
+  costs where wall times say how the scheduler shared the cores.
 - ``run``: ``guard.run`` of a trivial call against a bare fork of the same call (the child
   calls it, pickles the value into a pipe and ``_exit``\\ s; the parent reads it and
-  ``waitpid``\\ s), containment on: what this process's calls get by default.
-  ``--steps`` adds rows with one step of ``run()`` taken out at a time (patched in this
-  process, for the measurement only), which says what each step costs.
+  ``waitpid``\\ s), containment on: what this process's calls get by default. The full run
+  (or ``--quick --steps``) adds rows with one step of ``run()`` taken out at a time, then all
+  of them (patched in this process, for the measurement only): what each step costs.
 - ``isolate``: ``Pool(workers=1, isolate=True).map``, a process per item, against the same bare
   fork per item, and a fork per call polled every 50 ms (NeMo Gym's way).
 
-``--profile`` adds a cProfile of the caller during a ``map`` of the fast scorer, and of one
-worker (the profile is started by the scorer itself in the worker, on a first item, and
-written out on a last one). ``--quick`` is a smoke run of a few seconds, for the test suite's
-slow tier, which asserts generous bounds on its ratios (``tests/test_benchmarks.py``).
+The full run (or ``--quick --profile``) ends with a cProfile of the caller during a ``map`` of
+a scorer that returns at once, and of its one worker (the profile is started by the scorer
+itself in the worker, on a first item, and written out on a last one). ``--quick`` is a smoke
+run of several seconds, for the test suite's slow tier, which asserts generous bounds on its
+ratios (``tests/test_benchmarks.py``).
 """
 
 from __future__ import annotations
@@ -375,7 +378,7 @@ def run_section(rounds: int, quick: bool, steps: bool) -> float:
 
 def isolate_section(rounds: int, quick: bool) -> tuple[float, float]:
     """The isolated pool's seconds per item over the bare fork's, and over the polled fork's."""
-    count = 40 if quick else 400
+    count = 40 if quick else 200
     polled = 4 if quick else 20
     items = [(i,) for i in range(count)]
     spec = f"{Path(__file__).resolve()}:trivial"
@@ -464,13 +467,19 @@ def profile_section(count: int = 20_000) -> None:
 # --- main ------------------------------------------------------------------------------------
 
 
+def resident_mib() -> float:
+    """This process's resident memory: what every bare fork of it copies the page tables of."""
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / (1 << 20)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--rounds", type=int, help="rounds per comparison (default 9; 5 quick)")
     parser.add_argument("--only", default="pool,run,isolate", help="comma-separated sections")
-    parser.add_argument("--steps", action="store_true", help="run() with each step taken out")
-    parser.add_argument("--profile", action="store_true", help="profile caller and worker")
+    parser.add_argument("--steps", action="store_true", help="run()'s steps out (--quick: off)")
+    parser.add_argument("--profile", action="store_true", help="the profile (--quick: off)")
     args = parser.parse_args()
     rounds = args.rounds or (5 if args.quick else 9)
     sections = set(args.only.split(","))
@@ -479,6 +488,7 @@ def main() -> None:
     started = time.monotonic()
     print(
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, uid {os.getuid()},"
+        f" this process resident {resident_mib():.0f} MiB,"
         f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())};"
         f" load average {os.getloadavg()[0]:.2f} at the start; {rounds} rounds\n"
     )
@@ -487,12 +497,13 @@ def main() -> None:
         found = pool_section(rounds, args.quick)
         summary += [f"pool/multiprocessing, {name}: {x:.3f}x" for name, x in found.items()]
     if "run" in sections:
-        summary.append(f"run/bare fork: {run_section(rounds, args.quick, args.steps):.2f}x")
+        steps = args.steps or not args.quick
+        summary.append(f"run/bare fork: {run_section(rounds, args.quick, steps):.2f}x")
     if "isolate" in sections:
         x_bare, x_polled = isolate_section(rounds, args.quick)
         summary.append(f"isolate/bare fork: {x_bare:.2f}x")
         summary.append(f"isolate/fork polled at 50 ms: {x_polled:.3f}x")
-    if args.profile:
+    if args.profile or not args.quick:
         profile_section(2_000 if args.quick else 20_000)
     for line in summary:
         print(f"- {line}")
