@@ -420,7 +420,7 @@ def report(
     fast_pool, fast_serial = rates[("fast", POOL_ROW.split()[0])], rates[("fast", "unguarded")]
     checks.append(
         (
-            "Pool >= 1.7x the serial loop on the fast scorer (issue 12)",
+            "Pool >= 1.7x the serial loop on the fast scorer",
             fast_pool[0] / fast_serial[0],
             fast_pool[0] >= 1.7 * fast_serial[0],
             "x",

@@ -68,3 +68,15 @@ def symbolic_items(count: int, hang_every: int = 0) -> list[tuple[str, str]]:
         shown = truth if i % 4 else f"({a}*x + {b})**4 * (y + {c})**2"
         items.append((f"so we get f = {shown}", f"expand({truth})"))
     return items
+
+
+#: How many times ``medium`` does ``fast``'s work: about 1 ms a call.
+MEDIUM_REPEATS = 22
+
+
+def medium(solution_str: str, ground_truth: str) -> float:
+    """``fast``'s work done ``MEDIUM_REPEATS`` times: a ~1 ms scorer of the same shape."""
+    score = 0.0
+    for _ in range(MEDIUM_REPEATS):
+        score = fast(solution_str, ground_truth)
+    return score

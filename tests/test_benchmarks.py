@@ -227,3 +227,40 @@ def test_check_time_benchmark_quick() -> None:
         assert row[1:3] == ["1", "2"], row  # one case, its hang and the fresh worker's
     total = next(row for row in rows if row[0].startswith("all "))
     assert int(total[3]) > 0, total  # the cases the confirmed hangs spared
+#: Bounds on the ratios of bench_overhead.py's quick run: a regression catch, not a latency
+#: claim. Each is a median over rounds that take turns, on a 2-core machine others may load.
+POOL_AT_LEAST_X_MULTIPROCESSING = 0.5
+RUN_AT_MOST_X_BARE_FORK = 4.0
+ISOLATE_AT_MOST_X_BARE_FORK = 4.0
+
+
+@pytest.mark.needs_extra("bench")
+@pytest.mark.timeout(300)
+def test_quick_overhead_benchmark_keeps_guarding_near_its_unguarded_references() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_overhead.py"), "--quick", "--steps", "--profile"],
+        capture_output=True,
+        text=True,
+        timeout=280,  # inside the pytest-timeout bound, so a hang fails with the output in hand
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found = dict(re.findall(r"^- (.+): ([\d.]+)x$", done.stdout, re.MULTILINE))
+    ratios = {name: float(x) for name, x in found.items()}
+    assert set(ratios) == {
+        "pool/multiprocessing, fast",
+        "pool/multiprocessing, medium",
+        "run/bare fork",
+        "isolate/bare fork",
+        "isolate/fork polled at 50 ms",
+    }, done.stdout
+    for scorer in ("fast", "medium"):
+        assert ratios[f"pool/multiprocessing, {scorer}"] >= POOL_AT_LEAST_X_MULTIPROCESSING, (
+            done.stdout
+        )
+    assert ratios["run/bare fork"] <= RUN_AT_MOST_X_BARE_FORK, done.stdout
+    assert ratios["isolate/bare fork"] <= ISOLATE_AT_MOST_X_BARE_FORK, done.stdout
+    assert ratios["isolate/fork polled at 50 ms"] < 1.0, done.stdout
+    assert "without all five" in done.stdout
+    assert "caller (µs an item" in done.stdout
+    assert "worker (µs an item" in done.stdout, done.stdout

@@ -283,12 +283,13 @@ def _check_keeper() -> None:
     if not _keeper:
         return
     pid, started = _keeper[0]
-    if _started(pid) != started:  # it exited
+    fields = _procfs.stat_fields(pid)  # one read for both questions: this runs every call
+    if fields is None or fields[0] in (b"Z", b"X") or fields[19] != started:  # it exited
         with _lock:
             if _keeper == [(pid, started)]:
                 _keeper.clear()
                 _start_keeper(_home[0])
-    elif _procfs.stopped(pid):
+    elif fields[0] in (b"T", b"t"):  # stopped
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGCONT)
 
@@ -507,6 +508,15 @@ class Group:
         _open.discard(self.procs)
         os.close(self.procs)
         self.procs = -1
+        if not self.killed:
+            # Most calls leave their group empty: then it goes in one rmdir, which the kernel
+            # refuses (EBUSY) while any process or group is in it; else it is killed below.
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+            else:
+                return 0
         # Once struck, counted already: what is left is dying (and one that has just taken
         # its SIGKILL off its pending set would look alive for a moment).
         leaked = 0 if self.killed else self.kill()

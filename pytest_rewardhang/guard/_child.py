@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import _libc, _reap, _walkkill
+from . import _libc, _procfs, _reap, _walkkill
 from ._outcome import Status, raised
 from ._wire import DUMP_SIGNAL, framed, pickle_frame, write_all
 
@@ -42,7 +42,7 @@ def run_child(
         setup_child(output_w, stack_w, memory_mb)
         frame = call(fn, args, kwargs)
         leaked = 0
-        if subreaper:
+        if subreaper and not childless():
             leaked = _walkkill.kill_descendants(os.getpid())
             leaked += _reap.reap_children()
         write_all(result_w, framed(pickle_frame((*frame, leaked))))
@@ -51,6 +51,22 @@ def run_child(
         pass
     finally:
         os._exit(code)
+
+
+def childless() -> bool:  # pragma: no cover - child only
+    """Whether this process (a subreaper) has one thread and no child, living or a zombie:
+    then nothing is below it, and the walks of :func:`._walkkill.kill_descendants` and
+    :func:`._reap.reap_children` through ``/proc`` are not needed. A descendant whose parent
+    has died re-parents to us, a child of an exited thread to a thread of ours: with one
+    thread left, this one. The thread count is read first: only this thread could start
+    another meanwhile."""
+    if _procfs.own_threads() != 1:
+        return False
+    try:
+        with open("/proc/thread-self/children", "rb") as f:
+            return not f.read().strip()
+    except OSError:
+        return False
 
 
 def setup_child(

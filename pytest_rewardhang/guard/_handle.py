@@ -29,7 +29,12 @@ from typing import Any
 
 from ._interrupts import writev
 from ._outcome import UNCONFINED, Confinement
-from ._wire import CHUNK, FENCE
+from ._wire import FENCE
+
+#: Bytes asked for by one read of a result pipe, read once or more every wake of the loop:
+#: below malloc's mmap threshold, so that a read costs no mmap, mremap and munmap (a 1 MiB
+#: read did: three system calls a wake, on top of the read).
+_RECEIVE = 1 << 16
 
 #: ``Worker.after_fence`` of a worker whose fenced item answered with nothing queued behind.
 NEXT = -1
@@ -278,13 +283,13 @@ class Worker:
         fd = self.fds["result_r"]
         while True:
             try:
-                chunk = os.read(fd, CHUNK)
+                chunk = os.read(fd, _RECEIVE)
             except BlockingIOError:
                 break
             if not chunk:
                 break
             self.inbuf += chunk
-            if len(chunk) < CHUNK:
+            if len(chunk) < _RECEIVE:
                 break
 
     def take_drained(self, watched: Watched) -> tuple[bytes, int] | None:

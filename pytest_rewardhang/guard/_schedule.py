@@ -16,10 +16,14 @@ from typing import Protocol, TypeVar
 #: small enough that the last items spread over all workers. What waits behind a hang does not
 #: wait for its deadline: an idle worker takes it back after STEAL_AFTER_S. Each wake of the
 #: caller costs ~100 µs of its CPU (the loop, the sends, the sleep), taken from the workers on
-#: two cores: at 2 ms a batch that was half the caller's share of a 45 µs item.
-BATCH_S = 0.01
-#: Longest the caller lets results gather while every worker has a batch queued.
-GATHER_S = 0.005
+#: two cores: at 2 ms a batch that was half the caller's share of a 45 µs item; at 10 ms and
+#: 5 ms of gathering, a ~1 ms item still cost the caller a wake every one or two items (10% of
+#: the item's time, on a loaded VM).
+BATCH_S = 0.03
+#: Longest the caller lets results gather while every worker has a batch queued (bounded by
+#: the next deadline, and by half the time before a worker runs dry): how late a future's
+#: result may be handed over while the pool is saturated.
+GATHER_S = 0.01
 MAX_BATCH = 256
 #: When a worker has run dry while another's item has run this long (and ten times the mean
 #: item) with more items queued behind it, those items are taken back for the idle one: else
