@@ -227,6 +227,8 @@ def test_check_time_benchmark_quick() -> None:
         assert row[1:3] == ["1", "2"], row  # one case, its hang and the fresh worker's
     total = next(row for row in rows if row[0].startswith("all "))
     assert int(total[3]) > 0, total  # the cases the confirmed hangs spared
+
+
 #: Bounds on the ratios of bench_overhead.py's quick run: a regression catch, not a latency
 #: claim. Each is a median over rounds that take turns, on a 2-core machine others may load.
 POOL_AT_LEAST_X_MULTIPROCESSING = 0.5
