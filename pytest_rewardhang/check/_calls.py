@@ -491,7 +491,8 @@ def truth_slot(info: ScorerInfo, kwargs: dict[str, Any]) -> tuple[dict[str, Any]
         else ("ground_truth", "answer", "label", "reference")
     )
     for name in names:
-        if name in kwargs:
+        # reasoning-gym's score_answer(answer, entry): there ``answer`` is the response itself.
+        if name in kwargs and name != info.response_arg:
             return kwargs, name
     return None
 

@@ -1,0 +1,23 @@
+"""Shapes the reward functions of registry packages have, which the check must call right."""
+
+from __future__ import annotations
+
+from pytest_rewardhang.check import _calls
+
+
+def test_a_response_named_answer_is_never_replaced_by_a_cases_ground_truth() -> None:
+    """reasoning-gym's ``score_answer(answer, entry)`` (``response=answer``): a case's ground
+    truth goes nowhere, rather than over the response, which would score the truth instead."""
+    info = _calls.ScorerInfo(
+        *_calls.call_style(("answer", "entry"), "answer"), ("answer", "entry"), None, None
+    )
+    example = {"answer": "42", "entry": {"answer": "42", "metadata": {}}}
+    kwargs = _calls.with_case(info, example, "math", "1" * 5000)
+    assert _calls.with_truth(info, kwargs, "7") == kwargs
+    assert kwargs["answer"] == "1" * 5000
+    # verifiers' verify_boxed_math_answer(response, answer): there it is the truth's place.
+    info = _calls.ScorerInfo(
+        *_calls.call_style(("response", "answer"), None), ("response", "answer"), None, None
+    )
+    kwargs = _calls.with_case(info, {"response": "x", "answer": "42"}, "math", "RESPONSE")
+    assert _calls.with_truth(info, kwargs, "7") == {"response": "RESPONSE", "answer": "7"}
