@@ -105,6 +105,7 @@ class Row:
     cases: int = 0
     wall_s: float = 0.0
     growth: list[dict[str, Any]] = field(default_factory=list)
+    #: Every case's ``(formula stem, context) -> [(chars, status, wall)]``.
     sizes: dict[str, list[tuple[int, str, float]]] = field(default_factory=dict)
 
 
@@ -135,6 +136,9 @@ def main() -> int:
     parser.add_argument("--no-install", action="store_true", help="use the venv as it is")
     parser.add_argument("--jobs", type=int, default=1, help="scorers checked at once")
     parser.add_argument("--json", type=Path, help="also write every row as JSON here")
+    parser.add_argument(
+        "--reuse", action="store_true", help="reuse each scorer's report of an earlier run"
+    )
     parser.add_argument("--dry", action="store_true", help="print the plan, run nothing")
     parser.add_argument("pytest_args", nargs="*", help="more arguments for each check (after --)")
     args = parser.parse_args()
@@ -172,8 +176,9 @@ def main() -> int:
 
     def one(scorer: Scorer) -> Row:
         print(f"checking {scorer.id} ...", flush=True)
-        row = check(python, project, scorer, args.pytest_args, settings)
-        confirm(python, project, row, settings.get("deadline", 2.0))
+        row = check(python, project, scorer, args.pytest_args, settings, args.reuse)
+        if row.hangs:
+            confirm(python, project, row, settings)
         print(f"  {scorer.id}: {summary(row)}", flush=True)
         return row
 
@@ -182,7 +187,7 @@ def main() -> int:
     print()
     print(table(rows))
     print()
-    details = hang_details(rows, settings.get("deadline", 2.0))
+    details = hang_details(rows, float(settings.get("deadline", 2.0)))
     if details:
         print(details)
         print()
@@ -218,11 +223,19 @@ def make_project(python: Path, project: Path) -> None:
 
 
 def check(
-    python: Path, project: Path, scorer: Scorer, extra: list[str], settings: dict[str, Any]
+    python: Path,
+    project: Path,
+    scorer: Scorer,
+    extra: list[str],
+    settings: dict[str, Any],
+    reuse: bool = False,
 ) -> Row:
     row = Row(scorer)
     slug = scorer.id
-    report = project / f"{slug}.json"
+    report, wall = project / f"{slug}.json", project / f"{slug}.wall"
+    if reuse and report.exists() and wall.exists():
+        row.wall_s = float(wall.read_text())
+        return read_report(python, project, row, report, settings)
     report.unlink(missing_ok=True)
     command = [
         str(python),
@@ -246,11 +259,19 @@ def check(
         row.verdict = f"check over {SCORER_BOUND_S} s"
         return row
     row.wall_s = time.monotonic() - start
+    wall.write_text(f"{row.wall_s:.1f}")
     (project / f"{slug}.log").write_text(done.stdout + done.stderr)
     if not report.exists():
         row.verdict = f"no report (exit {done.returncode})"
         row.problem = _last_line(done.stdout + done.stderr)
         return row
+    return read_report(python, project, row, report, settings)
+
+
+def read_report(
+    python: Path, project: Path, row: Row, report: Path, settings: dict[str, Any]
+) -> Row:
+    scorer = row.scorer
     data = json.loads(report.read_text())
     settings.update(data.get("settings", {}))
     (entry,) = data["scorers"]
@@ -261,7 +282,7 @@ def check(
     row.cases = len(entry["cases"])
     for case in entry["cases"]:
         status, fresh = case["status"], case.get("fresh_status")
-        row.sizes.setdefault(f"{case['family']}|{case.get('context') or ''}", []).append(
+        row.sizes.setdefault(f"{_stem(case['id'])}|{case.get('context') or ''}", []).append(
             (case["chars"], status, case["wall_s"])
         )
         if status == "ok":
@@ -304,45 +325,84 @@ def call_style(python: Path, project: Path, scorer: Scorer) -> str:
     return done.stdout.strip() or "none: " + _last_line(done.stderr)
 
 
-def confirm(python: Path, project: Path, row: Row, deadline: float) -> None:
-    """Each hang: by the growth fit past 10x at the largest size, else replayed past 10x."""
+def confirm(python: Path, project: Path, row: Row, settings: dict[str, Any]) -> None:
+    """Each hang: by the check's growth fit past 10x at the largest size, else replayed.
+
+    A replay still running at 10x the deadline confirms it; one that ends in less is projected
+    to the largest size along the fit of its formula. Below the deadline it is a false timeout;
+    over it but projected under 10x, a slow case rather than a hang.
+    """
+    deadline, max_chars = float(settings["deadline"]), int(settings["max_chars"])
     bound = CONFIRM_FACTOR * deadline
-    fits = {g["family"]: g for g in row.growth if g.get("projected_s") is not None}
     for hang in row.hangs:
-        fit = fits.get(hang.family)
-        if fit is not None and fit["projected_s"] >= bound:
+        fit = _fit_of(row, hang)
+        exponent = float(fit["exponent"]) if fit and fit.get("exponent") is not None else None
+        if fit is not None and (fit.get("projected_s") or 0) >= bound:
             hang.real = True
-            hang.confirmed = f"fit n^{fit.get('exponent', '?')}: {fit['projected_s']:.0f} s"
+            hang.confirmed = f"fit n^{exponent:.1f}: {fit['projected_s']:.0f} s at max"
             continue
         if hang.saved is None:
             hang.real, hang.confirmed = None, "no saved input"
             continue
-        hang.real, hang.confirmed = replay(python, project, hang.saved, bound)
+        took = replay(python, project, hang.saved, bound)
+        if took is None:
+            hang.real, hang.confirmed = True, f"repro > {bound:g} s"
+        elif isinstance(took, str):
+            hang.real, hang.confirmed = None, took
+        else:
+            projected = took * (max_chars / hang.chars) ** exponent if exponent else None
+            shown = f"repro {took:.1f} s"
+            if took <= deadline:  # the check's timeout did not come back: a check bug
+                hang.real = False
+                hang.confirmed = f"FALSE TIMEOUT: {shown}" + (
+                    f" (n^{exponent:.1f}: {projected:.0f} s at max)" if projected else ""
+                )
+            elif projected is not None and projected >= bound:
+                hang.real = True
+                hang.confirmed = f"{shown}, n^{exponent:.1f}: {projected:.0f} s at max"
+            else:
+                hang.real = None
+                hang.confirmed = f"slow, not 10x: {shown}" + (
+                    f", n^{exponent:.1f}: {projected:.0f} s at max" if projected else ""
+                )
 
 
-def replay(python: Path, project: Path, saved: str, bound: float) -> tuple[bool, str]:
+def _fit_of(row: Row, hang: Hang) -> dict[str, Any] | None:
+    """The growth fit of the formula the case was expanded from (its id is FORMULA-SIZE)."""
+    fits = [g for g in row.growth if hang.case.startswith(f"{g['formula']}-")]
+    return max(fits, key=lambda g: len(g["formula"])) if fits else None
+
+
+def replay(python: Path, project: Path, saved: str, bound: float) -> float | str | None:
+    """Seconds the saved case took in a fresh process; None past ``bound``; else what happened."""
     command = [str(python), "-m", "pytest_rewardhang", "repro", saved, "--deadline", f"{bound:g}"]
     try:
         done = subprocess.run(
             command, cwd=project, capture_output=True, text=True, timeout=bound + 300
         )
     except subprocess.TimeoutExpired:
-        return False, f"repro did not return within {bound + 300:.0f} s"
+        return f"repro did not return within {bound + 300:.0f} s"
     text = done.stdout
     if "timeout: still running" in text:
-        return True, f"repro > {bound:g} s"
+        return None
     took = re.search(r"^ok in ([\d.]+) s", text, re.MULTILINE)
     if took is not None:
-        return False, f"repro ok in {float(took.group(1)):.2f} s"
-    return True, "repro: " + _last_line(text or done.stderr)[:60]
+        return float(took.group(1))
+    return "repro: " + _last_line(text or done.stderr)[:60]
 
 
 def summary(row: Row) -> str:
     real = sum(h.real is True for h in row.hangs)
     return (
         f"{row.verdict}, style {row.style}, {row.ok_cases}/{row.cases} ok, {len(row.hangs)} "
-        f"hangs ({real} confirmed), {len(row.false_timeouts)} false timeouts, {row.wall_s:.0f} s"
+        f"hangs ({real} confirmed), {len(row.false_timeouts)} retracted, {row.wall_s:.0f} s"
     )
+
+
+def _stem(case_id: str) -> str:
+    """The formula a case was expanded from: its id without the ``-SIZE`` at the end."""
+    head, _, tail = case_id.rpartition("-")
+    return head if tail.isdigit() and head else case_id
 
 
 def _where(case: dict[str, Any]) -> str:
@@ -369,7 +429,7 @@ def _hang_cell(row: Row) -> str:
     parts = []
     for hangs in groups.values():
         first = min(hangs, key=lambda h: h.chars)
-        real = "" if all(h.real for h in hangs) else " **NOT CONFIRMED**"
+        real = "" if all(h.real for h in hangs) else " **not all confirmed**"
         more = f" (+{len(hangs) - 1})" if len(hangs) > 1 else ""
         parts.append(
             f"{first.case} [{first.context}] {first.status} at {first.stuck}; "
@@ -381,7 +441,7 @@ def _hang_cell(row: Row) -> str:
 def table(rows: list[Row]) -> str:
     lines = [
         "| package | scorer | function | call style | verdict | hangs: case [context], stuck "
-        "line; confirmed by (+ more cases of that family) | ok / cases | false timeouts "
+        "line; confirmed by (+ more cases of that family) | ok / cases | retracted "
         "| wall |",
         "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: |",
     ]
@@ -400,26 +460,36 @@ def table(rows: list[Row]) -> str:
 
 
 def hang_details(rows: list[Row], deadline: float) -> str:
-    """Per hanging family: the wall time at each size, and the growth fit's projection."""
+    """Per hanging formula: the wall time at each size, and the growth fit's projection."""
     out = []
     for row in rows:
-        families = sorted({(h.family, h.context) for h in row.hangs})
-        for family, context in families:
-            sizes = sorted(row.sizes.get(f"{family}|{context}", []))
+        seen = set()
+        for hang in row.hangs:
+            key = f"{_stem(hang.case)}|{hang.context}"
+            if key in seen:
+                continue
+            seen.add(key)
             walls = ", ".join(
-                f"{chars // 1024 if chars >= 1024 else chars}{'k' if chars >= 1024 else ''}: "
-                + (f">{deadline:g} s" if status == "timeout" else f"{wall:.2f} s {status}")
-                for chars, status, wall in sizes
+                f"{_size(chars)}: "
+                + (f">{deadline:g} s" if status == "timeout" else f"{wall:.2f} s")
+                + ("" if status in ("ok", "timeout") else f" {status}")
+                for chars, status, wall in sorted(row.sizes.get(key, []))
             )
-            fit = next((g for g in row.growth if g["family"] == family), None)
+            fit = _fit_of(row, hang)
             projected = (
-                f"; fit n^{fit.get('exponent')}, {fit.get('projected_s')} s at the largest size"
+                f"; fit n^{fit.get('exponent')}: {fit.get('projected_s')} s at the largest size"
                 if fit
                 else ""
             )
-            stuck = next(h.stuck for h in row.hangs if h.family == family)
-            out.append(f"- {row.scorer.id} {family} [{context}] at {stuck}: {walls}{projected}")
+            out.append(
+                f"- {row.scorer.id} {_stem(hang.case)} [{hang.context}] at {hang.stuck}: "
+                f"{walls}{projected}; {hang.confirmed}"
+            )
     return "\n".join(out)
+
+
+def _size(chars: int) -> str:
+    return f"{chars // 1024}k" if chars >= 1024 else str(chars)
 
 
 def totals(rows: list[Row], packages: int, elapsed: float) -> str:
@@ -430,8 +500,9 @@ def totals(rows: list[Row], packages: int, elapsed: float) -> str:
         f"{len(rows)} scorers from {packages} packages; the check called "
         f"{len(callable_)} ({100 * len(callable_) / max(1, len(rows)):.0f}%); "
         f"{sum(bool(r.hangs) for r in rows)} with hangs ({len(hangs)} hanging cases, "
-        f"{sum(h.real is True for h in hangs)} confirmed, "
-        f"{sum(h.real is False for h in hangs)} not); "
+        f"{sum(h.real is True for h in hangs)} confirmed past {CONFIRM_FACTOR}x, "
+        f"{sum(h.real is None for h in hangs)} slow but not {CONFIRM_FACTOR}x, "
+        f"{sum(h.real is False for h in hangs)} false); "
         f"{len(clean)} clean, {sum(r.ok_cases >= MIN_OK_CASES for r in clean)} of them on "
         f">= {MIN_OK_CASES} ok cases; {sum(len(r.false_timeouts) for r in rows)} false "
         f"timeouts; {elapsed:.0f} s in all"
