@@ -1,7 +1,7 @@
 """The hang zoo: the check at its defaults on reward functions that registry packages ship.
 
 Run: .venv/bin/python benchmarks/bench_zoo.py [--quick] [--workdir DIR] [--no-install]
-     [--only ID] [--jobs N] [--json PATH] [--dry] [-- PYTEST_ARGS]
+     [--only ID] [--jobs N] [--json PATH] [--reuse] [--dry] [-- PYTEST_ARGS]
 
 Optional, needs the network to the package index, and is never run by the default test suite.
 It makes a virtual environment of its own (``WORKDIR/venv``, kept and reused; ``WORKDIR`` is
@@ -137,7 +137,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, help="scorers checked at once")
     parser.add_argument("--json", type=Path, help="also write every row as JSON here")
     parser.add_argument(
-        "--reuse", action="store_true", help="reuse each scorer's report of an earlier run"
+        "--reuse", action="store_true", help="keep the rows of an earlier run of the same lines"
     )
     parser.add_argument("--dry", action="store_true", help="print the plan, run nothing")
     parser.add_argument("pytest_args", nargs="*", help="more arguments for each check (after --)")
@@ -175,10 +175,17 @@ def main() -> int:
     settings: dict[str, Any] = {}
 
     def one(scorer: Scorer) -> Row:
+        saved = project / f"{scorer.id}.row.json"
+        if args.reuse and saved.exists():
+            row = load_row(saved)
+            if row.scorer.line == scorer.line:
+                settings.update(json.loads(saved.read_text())["settings"])
+                return row
         print(f"checking {scorer.id} ...", flush=True)
-        row = check(python, project, scorer, args.pytest_args, settings, args.reuse)
+        row = check(python, project, scorer, args.pytest_args, settings)
         if row.hangs:
             confirm(python, project, row, settings)
+        saved.write_text(json.dumps({**asdict(row), "settings": settings}))
         print(f"  {scorer.id}: {summary(row)}", flush=True)
         return row
 
@@ -203,6 +210,15 @@ def main() -> int:
     return 0
 
 
+def load_row(path: Path) -> Row:
+    """A row an earlier run saved (``--reuse``)."""
+    data = json.loads(path.read_text())
+    data.pop("settings")
+    data["scorer"] = Scorer(**data["scorer"])
+    data["hangs"] = [Hang(**hang) for hang in data["hangs"]]
+    return Row(**data)
+
+
 def make_project(python: Path, project: Path) -> None:
     """A rootdir where ``site/`` is the venv's site-packages and ``zoo/`` the spec folder."""
     project.mkdir(parents=True, exist_ok=True)
@@ -223,19 +239,11 @@ def make_project(python: Path, project: Path) -> None:
 
 
 def check(
-    python: Path,
-    project: Path,
-    scorer: Scorer,
-    extra: list[str],
-    settings: dict[str, Any],
-    reuse: bool = False,
+    python: Path, project: Path, scorer: Scorer, extra: list[str], settings: dict[str, Any]
 ) -> Row:
     row = Row(scorer)
     slug = scorer.id
-    report, wall = project / f"{slug}.json", project / f"{slug}.wall"
-    if reuse and report.exists() and wall.exists():
-        row.wall_s = float(wall.read_text())
-        return read_report(python, project, row, report, settings)
+    report = project / f"{slug}.json"
     report.unlink(missing_ok=True)
     command = [
         str(python),
@@ -259,7 +267,6 @@ def check(
         row.verdict = f"check over {SCORER_BOUND_S} s"
         return row
     row.wall_s = time.monotonic() - start
-    wall.write_text(f"{row.wall_s:.1f}")
     (project / f"{slug}.log").write_text(done.stdout + done.stderr)
     if not report.exists():
         row.verdict = f"no report (exit {done.returncode})"

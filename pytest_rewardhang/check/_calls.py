@@ -314,10 +314,10 @@ def call_style(
     if {"data_source", "solution_str"} <= names:
         return "verl", "solution_str"
     if "completions" in names:
-        # AReaL's completions is one string: (prompt, completions, prompt_ids, ...).
+        # AReaL's completions is one string: (prompt, completions, prompt_ids, ...). TRL passes
+        # completion_ids too (its length-scaled rewards take them), so they say nothing.
         areal = "prompts" not in names and (
-            names & {"prompt", "prompt_ids", "completion_ids"}
-            or annotations.get("completions") == "str"
+            names & {"prompt", "prompt_ids"} or annotations.get("completions") == "str"
         )
         return ("areal" if areal else "trl"), "completions"
     if {"queries", "prompts", "labels"} <= names:

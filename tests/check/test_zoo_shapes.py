@@ -21,3 +21,15 @@ def test_a_response_named_answer_is_never_replaced_by_a_cases_ground_truth() -> 
     )
     kwargs = _calls.with_case(info, {"response": "x", "answer": "42"}, "math", "RESPONSE")
     assert _calls.with_truth(info, kwargs, "7") == {"response": "RESPONSE", "answer": "7"}
+
+
+def test_trls_length_rewards_with_completion_ids_are_called_as_trl() -> None:
+    """TRL's ``get_cosine_scaled_reward`` makes ``(completions, solution, completion_ids)``:
+    TRL passes ``completion_ids`` to every reward function; AReaL's signature has ``prompt``
+    and ``prompt_ids`` besides, and its ``completions`` is one string."""
+    assert _calls.call_style(("completions", "solution", "completion_ids", "kwargs"), None) == (
+        "trl",
+        "completions",
+    )
+    areal = ("prompt", "completions", "prompt_ids", "completion_ids", "answer", "kwargs")
+    assert _calls.call_style(areal, None) == ("areal", "completions")
