@@ -180,6 +180,9 @@ def main() -> int:
             row = load_row(saved)
             if row.scorer.line == scorer.line:
                 settings.update(json.loads(saved.read_text())["settings"])
+                if any(hang.real is not True for hang in row.hangs):
+                    confirm(python, project, row, settings)  # the undecided, again
+                    saved.write_text(json.dumps({**asdict(row), "settings": settings}))
                 return row
         print(f"checking {scorer.id} ...", flush=True)
         row = check(python, project, scorer, args.pytest_args, settings)
@@ -342,6 +345,8 @@ def confirm(python: Path, project: Path, row: Row, settings: dict[str, Any]) -> 
     deadline, max_chars = float(settings["deadline"]), int(settings["max_chars"])
     bound = CONFIRM_FACTOR * deadline
     for hang in row.hangs:
+        if hang.real:
+            continue  # confirmed by an earlier run (``--reuse``)
         fit = _fit_of(row, hang)
         exponent = float(fit["exponent"]) if fit and fit.get("exponent") is not None else None
         if fit is not None and (fit.get("projected_s") or 0) >= bound:
@@ -367,6 +372,14 @@ def confirm(python: Path, project: Path, row: Row, settings: dict[str, Any]) -> 
             elif projected is not None and projected >= bound:
                 hang.real = True
                 hang.confirmed = f"{shown}, n^{exponent:.1f}: {projected:.0f} s at max"
+            elif (
+                hang.context == "main"
+                and replay(python, project, hang.saved, bound, "thread") is None
+            ):
+                # Bounded on the main thread by the scorer's own signal alarm, which cannot be
+                # set on the worker threads verl, OpenRLHF, SkyRL and AReaL score on.
+                hang.real = True
+                hang.confirmed = f"{shown} on the main thread (its alarm); off it > {bound:g} s"
             else:
                 hang.real = None
                 hang.confirmed = f"slow, not 10x: {shown}" + (
@@ -380,9 +393,12 @@ def _fit_of(row: Row, hang: Hang) -> dict[str, Any] | None:
     return max(fits, key=lambda g: len(g["formula"])) if fits else None
 
 
-def replay(python: Path, project: Path, saved: str, bound: float) -> float | str | None:
+def replay(
+    python: Path, project: Path, saved: str, bound: float, context: str | None = None
+) -> float | str | None:
     """Seconds the saved case took in a fresh process; None past ``bound``; else what happened."""
     command = [str(python), "-m", "pytest_rewardhang", "repro", saved, "--deadline", f"{bound:g}"]
+    command += ["--context", context] if context else []
     try:
         done = subprocess.run(
             command, cwd=project, capture_output=True, text=True, timeout=bound + 300

@@ -443,7 +443,13 @@ def with_case(info: ScorerInfo, example: dict[str, Any], kind: str, text: str) -
     if info.style == "verifiers":
         kwargs[arg] = _in_message(kwargs.get(arg, ""), kind, text)
         return kwargs
-    kwargs[arg] = _inject(str(kwargs.get(arg, "")), kind, text)
+    old = kwargs.get(arg, "")
+    if isinstance(old, list) and old and all(isinstance(v, str) for v in old):
+        # A list of generations (lm-eval's process_results(doc, results)): the scorer reads
+        # results[0]; a bare string there would score its first character only.
+        kwargs[arg] = [_inject(old[0], kind, text)]
+        return kwargs
+    kwargs[arg] = _inject(str(old), kind, text)
     return kwargs
 
 

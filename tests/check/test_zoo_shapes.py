@@ -33,3 +33,14 @@ def test_trls_length_rewards_with_completion_ids_are_called_as_trl() -> None:
     )
     areal = ("prompt", "completions", "prompt_ids", "completion_ids", "answer", "kwargs")
     assert _calls.call_style(areal, None) == ("areal", "completions")
+
+
+def test_a_response_that_is_a_list_of_generations_stays_a_list() -> None:
+    """lm-eval's ``process_results(doc, results)`` reads ``results[0]``: given the case as a bare
+    string, it would score one character and every case would pass in no time."""
+    params = ("doc", "results")
+    info = _calls.ScorerInfo(*_calls.call_style(params, "results"), params, None, None)
+    example = {"doc": {"answer": "42"}, "results": ["The answer is $\\boxed{42}$."]}
+    kwargs = _calls.with_case(info, example, "math", "9" * 4096)
+    assert kwargs == {"doc": {"answer": "42"}, "results": ["9" * 4096]}
+    assert _calls.response_length(kwargs["results"]) == 4096
