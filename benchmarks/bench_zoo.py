@@ -184,8 +184,13 @@ def main() -> int:
                     confirm(python, project, row, settings)  # the undecided, again
                     saved.write_text(json.dumps({**asdict(row), "settings": settings}))
                 return row
-        print(f"checking {scorer.id} ...", flush=True)
-        row = check(python, project, scorer, args.pytest_args, settings)
+        report, log = project / f"{scorer.id}.json", project / f"{scorer.id}.log"
+        took = _session_seconds(log) if args.reuse and report.exists() else None
+        if took is not None:  # an earlier run's report, not yet confirmed
+            row = read_report(python, project, Row(scorer, wall_s=took), report, settings)
+        else:
+            print(f"checking {scorer.id} ...", flush=True)
+            row = check(python, project, scorer, args.pytest_args, settings)
         if row.hangs:
             confirm(python, project, row, settings)
         saved.write_text(json.dumps({**asdict(row), "settings": settings}))
@@ -211,6 +216,12 @@ def main() -> int:
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(row) for row in rows], indent=1))
     return 0
+
+
+def _session_seconds(log: Path) -> float | None:
+    """The pytest session's seconds, from the last line of a check's log."""
+    found = re.findall(r" in ([\d.]+)s", log.read_text()) if log.exists() else []
+    return float(found[-1]) if found else None
 
 
 def load_row(path: Path) -> Row:
