@@ -180,8 +180,8 @@ def main() -> int:
             row = load_row(saved)
             if row.scorer.line == scorer.line:
                 settings.update(json.loads(saved.read_text())["settings"])
-                if any(hang.real is not True for hang in row.hangs):
-                    confirm(python, project, row, settings)  # the undecided, again
+                if any(not hang.confirmed for hang in row.hangs):
+                    confirm(python, project, row, settings)
                     saved.write_text(json.dumps({**asdict(row), "settings": settings}))
                 return row
         report, log = project / f"{scorer.id}.json", project / f"{scorer.id}.log"
@@ -356,8 +356,8 @@ def confirm(python: Path, project: Path, row: Row, settings: dict[str, Any]) -> 
     deadline, max_chars = float(settings["deadline"]), int(settings["max_chars"])
     bound = CONFIRM_FACTOR * deadline
     for hang in row.hangs:
-        if hang.real:
-            continue  # confirmed by an earlier run (``--reuse``)
+        if hang.confirmed:
+            continue  # decided by an earlier run (``--reuse``)
         fit = _fit_of(row, hang)
         exponent = float(fit["exponent"]) if fit and fit.get("exponent") is not None else None
         if fit is not None and (fit.get("projected_s") or 0) >= bound:
