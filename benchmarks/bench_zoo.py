@@ -343,7 +343,7 @@ def call_style(python: Path, project: Path, scorer: Scorer) -> str:
         timeout=300,
         check=False,
     )
-    return done.stdout.strip() or "none: " + _last_line(done.stderr)
+    return done.stdout.strip() or "-"  # not importable: the verdict's problem says why
 
 
 def confirm(python: Path, project: Path, row: Row, settings: dict[str, Any]) -> None:
@@ -538,8 +538,8 @@ def totals(rows: list[Row], packages: int, elapsed: float) -> str:
         f"{sum(h.real is None for h in hangs)} slow but not {CONFIRM_FACTOR}x, "
         f"{sum(h.real is False for h in hangs)} false); "
         f"{len(clean)} clean, {sum(r.ok_cases >= MIN_OK_CASES for r in clean)} of them on "
-        f">= {MIN_OK_CASES} ok cases; {sum(len(r.false_timeouts) for r in rows)} false "
-        f"timeouts; {elapsed:.0f} s in all"
+        f">= {MIN_OK_CASES} ok cases; {sum(len(r.false_timeouts) for r in rows)} timeouts "
+        f"the check retracted itself (its fresh worker finished); {elapsed:.0f} s in all"
     )
 
 
