@@ -358,10 +358,10 @@ def call_style(
     if {"data_source", "solution_str"} <= names:
         return "verl", "solution_str"
     if "completions" in names:
-        # AReaL's completions is one string: (prompt, completions, prompt_ids, ...).
+        # AReaL's completions is one string: (prompt, completions, prompt_ids, ...). TRL passes
+        # completion_ids too (its length-scaled rewards take them), so they say nothing.
         areal = "prompts" not in names and (
-            names & {"prompt", "prompt_ids", "completion_ids"}
-            or annotations.get("completions") == "str"
+            names & {"prompt", "prompt_ids"} or annotations.get("completions") == "str"
         )
         return ("areal" if areal else "trl"), "completions"
     if {"queries", "prompts", "labels"} <= names:
@@ -500,7 +500,13 @@ def with_case(info: ScorerInfo, example: dict[str, Any], kind: str, text: str) -
     if info.style == "verifiers":
         kwargs[arg] = _in_message(kwargs.get(arg, ""), kind, text)
         return kwargs
-    kwargs[arg] = _inject(str(kwargs.get(arg, "")), kind, text)
+    old = kwargs.get(arg, "")
+    if isinstance(old, list) and old and all(isinstance(v, str) for v in old):
+        # A list of generations (lm-eval's process_results(doc, results)): the scorer reads
+        # results[0]; a bare string there would score its first character only.
+        kwargs[arg] = [_inject(old[0], kind, text)]
+        return kwargs
+    kwargs[arg] = _inject(str(old), kind, text)
     return kwargs
 
 
@@ -561,7 +567,8 @@ def truth_slot(info: ScorerInfo, kwargs: dict[str, Any]) -> tuple[dict[str, Any]
         else ("ground_truth", "answer", "label", "reference")
     )
     for name in names:
-        if name in kwargs:
+        # reasoning-gym's score_answer(answer, entry): there ``answer`` is the response itself.
+        if name in kwargs and name != info.response_arg:
             return kwargs, name
     return None
 
