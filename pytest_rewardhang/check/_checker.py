@@ -464,16 +464,24 @@ class ScorerCheck:
         return out
 
     def _fresh(self, kwargs: dict[str, Any], context: str) -> Outcome:
-        """The call again in a worker that nothing has run in since the warm zygote forked it.
+        """The call again in a worker that has run nothing since the warm zygote forked it but
+        the scorer's own example, before it.
 
-        After a call that ended the context's worker (the kill at its deadline, a crash), the
-        pool's next worker is just that: no new pool, no new interpreter importing the scorer.
-        After a call its worker outlived (a MemoryError), a new pool's first worker.
+        The example first: what a scorer does on its first call only (lm-eval's ``drop``
+        imports scipy there) is then not charged to the case, which on a loaded machine made a
+        case that takes a second confirm as a hang. Not for a code scorer, whose calls each run
+        in a child of the worker. After a call that ended the context's worker (the kill at its
+        deadline, a crash), the pool's next worker is just that: no new pool, no new
+        interpreter importing the scorer. After a call its worker outlived (a MemoryError), a
+        new pool's first worker.
         """
+        warm = [self._example] if self._example is not None and self.scorer.kind != "code" else []
         if self._ended.get(context):
-            return self._call(context, kwargs)
+            out = self._worker(context).map([*warm, kwargs])[-1]
+            self._ended[context] = out.status in _ENDS_ITS_WORKER
+            return out
         with self._new_pool(context) as pool:
-            return pool.map([kwargs])[0]
+            return pool.map([*warm, kwargs])[-1]
 
     def _save(self, result: CaseResult) -> Path | None:
         folder = self.settings.save_dir / self.scorer.id

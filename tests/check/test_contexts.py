@@ -514,3 +514,47 @@ def test_crashes_are_confirmed_in_a_fresh_worker(pytester: pytest.Pytester) -> N
     assert crashed
     assert {case["fresh_status"] for case in crashed} == {"crashed"}
     result.stdout.fnmatch_lines(["CRASHED case repetition-4096 (*", "  called on the main thread*"])
+
+
+#: A scorer whose first call in a process does a second of its own work (an import inside the
+#: call, as lm-eval's ``drop`` does), and whose first long response meets a stalled machine
+#: (it sleeps past the deadline, once); that response takes a second from then on.
+FIRST_CALL_WORK = """\
+import os
+import time
+
+_warm = False
+
+
+def compute_score(solution_str, ground_truth):
+    global _warm
+    if not _warm:
+        time.sleep(1.2)
+        _warm = True
+    if len(solution_str) > 1000:
+        if not os.path.exists({mark!r}):
+            with open({mark!r}, "w") as f:
+                f.write(solution_str)
+            time.sleep(60)
+        with open({mark!r}) as f:
+            if f.read() == solution_str:
+                time.sleep(1.0)
+    return 0.0
+"""
+
+
+def test_a_fresh_worker_is_warmed_by_the_example_before_it_confirms_a_hang(
+    pytester: pytest.Pytester,
+) -> None:
+    # Cold, the fresh worker took 1.2 s + 1.0 s past the 2 s deadline, and "confirmed" a case
+    # that takes a second as a hang of its own.
+    pytester.makepyfile(first_call=FIRST_CALL_WORK.format(mark=str(pytester.path / "stalled")))
+    pytester.makeini("[pytest]\n")
+    result = run_check(
+        pytester,
+        "--reward-hang-scorer=first_call.py:compute_score deadline=2 contexts=main",
+        "--reward-hang-family=digits-line",
+    )
+    out = result.stdout.str()
+    assert "hangs on its own" not in out, out
+    result.stdout.fnmatch_lines(["  only in a long-lived worker: a fresh worker finished it in *"])
