@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import pytest_rewardhang.adapters.verl as verl_adapter
+from pytest_rewardhang.adapters.ray import RewardActor
 from pytest_rewardhang.guard import Confinement
 from tests.adapters._scorers import SLACK, spec
 from tests.adapters.test_trainers import ADAPTERS, adapted
@@ -88,3 +89,25 @@ def test_nonsense_confinement_fails_at_the_door_in_one_line(adapter: str) -> Non
         assert "\n" not in str(info.value)
     with pytest.raises(ValueError, match=r"^max_processes must be a positive int"):
         verl_adapter.compute_score("d", "ok", "1", scorer=SCORER, max_processes=0)
+
+
+@needs(Confinement.PIDS_MAX, "a cgroup pids controller")
+@needs(Confinement.UNPRIVILEGED, "a root caller")
+@needs(Confinement.NO_NETWORK, "a network namespace")
+def test_the_ray_reward_actor_confines_its_items() -> None:
+    # A plain class until ray.remote makes it an actor: its pool is made in __init__.
+    options: dict[str, Any] = {"max_processes": 8, "network": False, "unprivileged": True}
+    actor = RewardActor(SCORER, workers=1, budget=BUDGET, default=-1.0, **options)
+    try:
+        made, bomb, uid, loopback = actor.score(
+            [("forks",), ("fork bomb",), ("uid",), ("only loopback",)]
+        )
+    finally:
+        actor.pool.close()
+    assert 0 < made < 8
+    assert bomb == -1.0
+    assert uid == float(pwd.getpwnam("nobody").pw_uid)
+    assert loopback == 1.0
+    assert actor.statuses == {"ok": 3, "timeout": 1}
+    with pytest.raises(ValueError, match=r"^max_processes must be a positive int"):
+        RewardActor(SCORER, max_processes=0)
