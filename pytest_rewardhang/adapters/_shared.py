@@ -23,7 +23,16 @@ from typing import Any
 
 # Absolute imports throughout the adapters: verl loads a custom reward file as a standalone
 # module ("custom_module_<hash>"), where relative imports fail. The guard's public API only.
-from pytest_rewardhang.guard import Outcome, Pool, PoolError, SpecError, Status, load_callable, run
+from pytest_rewardhang.guard import (
+    MAX_PROCESSES,
+    Outcome,
+    Pool,
+    PoolError,
+    SpecError,
+    Status,
+    load_callable,
+    run,
+)
 
 log = logging.getLogger("pytest_rewardhang.adapters")
 
@@ -65,10 +74,24 @@ def _pool_key(
     workers: int,
     warmup: bytes | None,
     isolate: bool,
+    max_processes: int | None,
+    network: bool,
+    unprivileged: bool,
 ) -> tuple[Any, ...]:
     # Keyed by pid too: a trainer that forks (a ProcessPoolExecutor, a dataloader) must not
     # drive its parent's workers.
-    return (scorer, float(budget), memory_mb, workers, warmup, isolate, os.getpid())
+    return (
+        scorer,
+        float(budget),
+        memory_mb,
+        workers,
+        warmup,
+        isolate,
+        max_processes,
+        network,
+        unprivileged,
+        os.getpid(),
+    )
 
 
 def warmup_key(warmup: Warmup) -> bytes | None:
@@ -90,10 +113,15 @@ def pool_for(
     workers: int,
     warmup: bytes | None = None,
     isolate: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
 ) -> Pool:
     """The warm pool for this scorer, these limits and this warm-up item (its
     :func:`warmup_key`), started on the first sample in this process."""
-    key = _pool_key(scorer, budget, memory_mb, workers, warmup, isolate)
+    key = _pool_key(
+        scorer, budget, memory_mb, workers, warmup, isolate, max_processes, network, unprivileged
+    )
     with _lock:
         pool = _pools.get(key)
         if pool is not None and not pool.closed:
@@ -115,6 +143,9 @@ def pool_for(
                 memory_mb=memory_mb,
                 warmup=None if warmup is None else pickle.loads(warmup),
                 isolate=isolate,
+                max_processes=max_processes,
+                network=network,
+                unprivileged=unprivileged,
             )
         except (PoolError, SpecError) as exc:
             text = f"the pool of scorer {_shown(scorer)} did not start: {exc}"
@@ -329,7 +360,12 @@ class Scoring:
         name: str | None = None,
         warmup: Warmup = None,
         isolate: bool = False,
+        max_processes: int | None = MAX_PROCESSES,
+        network: bool = True,
+        unprivileged: bool = False,
     ) -> None:
+        # Here, not at the first sample in training, where the pool is made.
+        Pool.check_limits(budget, memory_mb, max_processes)
         self.scorer = scorer
         self.budget = budget
         self.default = default
@@ -340,11 +376,27 @@ class Scoring:
         self.warmup = warmup_key(warmup)
         #: Each sample in a process of its own, forked from its warm worker: see Pool.
         self.isolate = bool(isolate)
+        #: What confines each sample's processes besides its budget: see Pool.
+        self.max_processes = max_processes
+        self.network = bool(network)
+        self.unprivileged = bool(unprivileged)
+
+    def _pool_options(self) -> tuple[Any, ...]:
+        """:func:`pool_for`'s arguments, and :func:`_pool_key`'s."""
+        return (
+            self.scorer,
+            self.budget,
+            self.memory_mb,
+            self.workers,
+            self.warmup,
+            self.isolate,
+            self.max_processes,
+            self.network,
+            self.unprivileged,
+        )
 
     def pool(self) -> Pool:
-        return pool_for(
-            self.scorer, self.budget, self.memory_mb, self.workers, self.warmup, self.isolate
-        )
+        return pool_for(*self._pool_options())
 
     def accepts(self) -> Accepts:
         return accepts(self.scorer)
@@ -384,10 +436,7 @@ class Scoring:
         return await asyncio.to_thread(self.accepts)
 
     async def _apool(self) -> Pool:
-        key = _pool_key(
-            self.scorer, self.budget, self.memory_mb, self.workers, self.warmup, self.isolate
-        )
-        pool = _pools.get(key)
+        pool = _pools.get(_pool_key(*self._pool_options()))
         if pool is not None and not pool.closed:
             return pool
         # Starting a pool waits for its zygote to import the scorer: not on the event loop.

@@ -50,6 +50,9 @@ class RewardActor:
         memory_mb: float | None = None,
         warmup: _Item | None = None,
         isolate: bool = False,
+        max_processes: int | None = guard.MAX_PROCESSES,
+        network: bool = True,
+        unprivileged: bool = False,
     ) -> None:
         self._options: dict[str, Any] = {
             "workers": workers,
@@ -57,6 +60,9 @@ class RewardActor:
             "memory_mb": memory_mb,
             "warmup": warmup,
             "isolate": isolate,
+            "max_processes": max_processes,
+            "network": network,
+            "unprivileged": unprivileged,
         }
         self._scorer = scorer
         # Made here, once per actor process: warm before the first call, gone with the actor.

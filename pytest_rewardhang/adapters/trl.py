@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
+from pytest_rewardhang.guard import MAX_PROCESSES
 
 __all__ = ["PooledReward", "async_pooled_reward", "pooled_reward"]
 
@@ -91,6 +92,9 @@ def async_pooled_reward(
     name: str | None = None,
     warmup: _shared.Warmup = None,
     isolate: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
 ) -> Callable[..., Coroutine[Any, Any, list[Any]]]:
     """:func:`pooled_reward` as an ``async def`` TRL reward function.
 
@@ -109,6 +113,9 @@ def async_pooled_reward(
         name=name,
         warmup=warmup,
         isolate=isolate,
+        max_processes=max_processes,
+        network=network,
+        unprivileged=unprivileged,
     )
 
     async def reward(completions: Sequence[Any], **kwargs: Any) -> list[Any]:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
+from pytest_rewardhang.guard import MAX_PROCESSES
 
 __all__ = ["pooled_rubric_func"]
 
@@ -40,6 +41,9 @@ def pooled_rubric_func(
     name: str | None = None,
     warmup: _shared.Warmup = None,
     isolate: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     """An ``async def`` rubric function scoring ``scorer`` on a warm guarded pool.
 
@@ -56,6 +60,9 @@ def pooled_rubric_func(
         name=name,
         warmup=warmup,
         isolate=isolate,
+        max_processes=max_processes,
+        network=network,
+        unprivileged=unprivileged,
     )
     took = scoring.accepts()
 

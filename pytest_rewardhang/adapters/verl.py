@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_rewardhang.adapters import _shared
+from pytest_rewardhang.guard import MAX_PROCESSES
 
 __all__ = [
     "compute_score",
@@ -41,6 +42,8 @@ __all__ = [
     "guarded_compute_score_async",
     "guarded_compute_score_batch",
 ]
+
+R = TypeVar("R")
 
 #: What verl scores with when no custom reward function is configured.
 _VERL_DEFAULT = "verl.utils.reward_score:default_compute_score"
@@ -101,10 +104,25 @@ def compute_score(
     workers: int = 2,
     warmup: _shared.Warmup = None,
     isolate: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
     **kwargs: Any,
 ) -> Any:
     """verl's per-item signature; ``kwargs`` beyond the guard's own go to the scorer."""
-    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup, isolate)
+    scoring = _scoring(
+        scorer,
+        budget,
+        default,
+        memory_mb,
+        hang_log,
+        workers,
+        warmup,
+        isolate,
+        max_processes,
+        network,
+        unprivileged,
+    )
     took = scoring.accepts()
     _say_unused(scoring, took, kwargs)
     return scoring.score(_sample(took, data_source, solution_str, ground_truth, extra_info, kwargs))
@@ -124,10 +142,25 @@ async def compute_score_async(
     workers: int = 2,
     warmup: _shared.Warmup = None,
     isolate: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
     **kwargs: Any,
 ) -> Any:
     """:func:`compute_score` as an ``async def``, which verl's reward loop awaits."""
-    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup, isolate)
+    scoring = _scoring(
+        scorer,
+        budget,
+        default,
+        memory_mb,
+        hang_log,
+        workers,
+        warmup,
+        isolate,
+        max_processes,
+        network,
+        unprivileged,
+    )
     took = await scoring.aaccepts()
     _say_unused(scoring, took, kwargs)
     sample = _sample(took, data_source, solution_str, ground_truth, extra_info, kwargs)
@@ -148,6 +181,9 @@ def compute_score_batch(
     workers: int = 2,
     warmup: _shared.Warmup = None,
     isolate: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
     **kwargs: Any,
 ) -> list[Any]:
     """Legacy: verl's batch signature (``reward_model.reward_manager=batch``).
@@ -155,7 +191,19 @@ def compute_score_batch(
     The scorer is still called once per item, with verl's per-item signature, on ``workers``
     warm workers; scores come back in order, ``default`` where an item hung.
     """
-    scoring = _scoring(scorer, budget, default, memory_mb, hang_log, workers, warmup, isolate)
+    scoring = _scoring(
+        scorer,
+        budget,
+        default,
+        memory_mb,
+        hang_log,
+        workers,
+        warmup,
+        isolate,
+        max_processes,
+        network,
+        unprivileged,
+    )
     took = scoring.accepts()
     _say_unused(scoring, took, kwargs)
     extras = list(extra_infos) if extra_infos is not None else [None] * len(solution_strs)
@@ -178,18 +226,24 @@ def guarded_compute_score(
     workers: int = 2,
     warmup: _shared.Warmup = None,
     isolate: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
 ) -> Callable[..., Any]:
     """:func:`compute_score` bound to one scorer, for ``custom_reward_function.name``."""
-    return functools.partial(
+    return _bound(
         compute_score,
-        scorer=scorer,
-        budget=budget,
-        default=default,
-        memory_mb=memory_mb,
-        hang_log=hang_log,
-        workers=workers,
-        warmup=warmup,
-        isolate=isolate,
+        scorer,
+        budget,
+        default,
+        memory_mb,
+        hang_log,
+        workers,
+        warmup,
+        isolate,
+        max_processes,
+        network,
+        unprivileged,
     )
 
 
@@ -203,19 +257,25 @@ def guarded_compute_score_async(
     workers: int = 2,
     warmup: _shared.Warmup = None,
     isolate: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     """:func:`compute_score_async` bound to one scorer; still a coroutine function to verl
     (``inspect.iscoroutinefunction`` sees through ``functools.partial``)."""
-    return functools.partial(
+    return _bound(
         compute_score_async,
-        scorer=scorer,
-        budget=budget,
-        default=default,
-        memory_mb=memory_mb,
-        hang_log=hang_log,
-        workers=workers,
-        warmup=warmup,
-        isolate=isolate,
+        scorer,
+        budget,
+        default,
+        memory_mb,
+        hang_log,
+        workers,
+        warmup,
+        isolate,
+        max_processes,
+        network,
+        unprivileged,
     )
 
 
@@ -229,18 +289,24 @@ def guarded_compute_score_batch(
     workers: int = 2,
     warmup: _shared.Warmup = None,
     isolate: bool = False,
+    max_processes: int | None = MAX_PROCESSES,
+    network: bool = True,
+    unprivileged: bool = False,
 ) -> Callable[..., list[Any]]:
     """Legacy: :func:`compute_score_batch` bound to one scorer."""
-    return functools.partial(
+    return _bound(
         compute_score_batch,
-        scorer=scorer,
-        budget=budget,
-        default=default,
-        memory_mb=memory_mb,
-        hang_log=hang_log,
-        workers=workers,
-        warmup=warmup,
-        isolate=isolate,
+        scorer,
+        budget,
+        default,
+        memory_mb,
+        hang_log,
+        workers,
+        warmup,
+        isolate,
+        max_processes,
+        network,
+        unprivileged,
     )
 
 
@@ -253,6 +319,9 @@ def _scoring(
     workers: int,
     warmup: _shared.Warmup,
     isolate: bool,
+    max_processes: int | None,
+    network: bool,
+    unprivileged: bool,
 ) -> _shared.Scoring:
     name = scorer if isinstance(scorer, str) else getattr(scorer, "__qualname__", repr(scorer))
     return _shared.Scoring(
@@ -267,6 +336,54 @@ def _scoring(
         # sample has them (and a pickle that needs no omegaconf).
         warmup=_plain(warmup),
         isolate=isolate,
+        max_processes=max_processes,
+        network=network,
+        unprivileged=unprivileged,
+    )
+
+
+def _bound(
+    fn: Callable[..., R],
+    scorer: Callable[..., Any] | str,
+    budget: float,
+    default: Any,
+    memory_mb: float | None,
+    hang_log: str | None,
+    workers: int,
+    warmup: _shared.Warmup,
+    isolate: bool,
+    max_processes: int | None,
+    network: bool,
+    unprivileged: bool,
+) -> Callable[..., R]:
+    """``fn`` bound to one scorer and the guard's keywords, checked now (a nonsense limit, a
+    warm-up that cannot be pickled), not at verl's first sample."""
+    _scoring(
+        scorer,
+        budget,
+        default,
+        memory_mb,
+        hang_log,
+        workers,
+        warmup,
+        isolate,
+        max_processes,
+        network,
+        unprivileged,
+    )
+    return functools.partial(
+        fn,
+        scorer=scorer,
+        budget=budget,
+        default=default,
+        memory_mb=memory_mb,
+        hang_log=hang_log,
+        workers=workers,
+        warmup=warmup,
+        isolate=isolate,
+        max_processes=max_processes,
+        network=network,
+        unprivileged=unprivileged,
     )
 
 

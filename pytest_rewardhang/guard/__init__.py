@@ -47,11 +47,13 @@ from ._outcome import (
     Status,
 )
 from ._pool import Pool
+from ._quota import MAX_PROCESSES
 from ._run import guarded, run
 from ._spec import SpecError, load_callable
 from ._wire import OUTPUT_LIMIT, RESULT_LIMIT
 
 __all__ = [
+    "MAX_PROCESSES",
     "OUTPUT_LIMIT",
     "RESULT_LIMIT",
     "CallFailed",

@@ -122,7 +122,7 @@ class Pool:
         network: bool = True,
         unprivileged: bool = False,
     ) -> None:
-        _check_limits(budget, memory_mb, max_processes)
+        Pool.check_limits(budget, memory_mb, max_processes)
         warm = _warmup(warmup)
         _limits.count("workers", workers)
         if max_pending is None:
@@ -197,6 +197,14 @@ class Pool:
     @property
     def closed(self) -> bool:
         return self._engine.closing
+
+    @staticmethod
+    def check_limits(
+        budget: object, memory_mb: object = None, max_processes: object = MAX_PROCESSES
+    ) -> None:
+        """The one-line :class:`ValueError` that ``Pool(budget=, memory_mb=, max_processes=)``
+        raises for a nonsense value, for code that makes its pool later (the adapters)."""
+        _check_limits(budget, memory_mb, max_processes)
 
     @staticmethod
     def check_warmup(warmup: object) -> tuple[Any, ...] | dict[str, Any] | None:

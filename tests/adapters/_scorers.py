@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,45 @@ def imports_its_sample(*args: Any, **sample: Any) -> Any:
     if "hang" in text:
         return _check(text, "")
     return float(imported_before(text) == WARM)
+
+
+def confined(*args: Any, **sample: Any) -> Any:
+    """What confines it, as its response asks: ``forks`` forks children that sleep until a fork
+    fails, at most 100, and scores how many it made; ``fork bomb`` forks for ever, in
+    every process; ``uid`` scores its effective uid; ``only loopback`` scores 1.0 when its only
+    network interface is ``lo``; ``connect PORT`` scores 1.0 when it reaches the caller's
+    listener on 127.0.0.1; anything else scores 1.0."""
+    text = _response(args, sample)
+    if text == "forks":
+        made = 0
+        try:
+            for _ in range(100):
+                if os.fork() == 0:
+                    time.sleep(60)  # killed with the sample's processes after it answers
+                    os._exit(0)
+                made += 1
+        except OSError:
+            pass
+        return float(made)
+    if text == "fork bomb":
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                time.sleep(0.001)
+    if text == "uid":
+        return float(os.geteuid())
+    if text == "only loopback":
+        return float([name for _, name in socket.if_nameindex()] == ["lo"])
+    if text.startswith("connect "):
+        with socket.socket() as client:
+            client.settimeout(5)
+            try:
+                client.connect(("127.0.0.1", int(text.split()[1])))
+            except OSError:
+                return 0.0
+        return 1.0
+    return 1.0
 
 
 def logs_and_raises(*args: Any, **sample: Any) -> Any:

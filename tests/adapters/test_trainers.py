@@ -376,10 +376,8 @@ def test_concurrent_calls_use_every_worker(adapter: Callable[[], Callable[[], li
     assert best < SERIAL_S - 0.1, f"{best:.2f} s: the calls were scored one at a time"
 
 
-def warmed(adapter: str, warmup: Any) -> Callable[[list[str]], list[Any]]:
-    """``adapter`` scoring responses as its trainer calls it, its pool warmed with ``warmup``."""
-    scorer = spec("imports_its_sample")
-    limits: dict[str, Any] = {"budget": BUDGET, "default": -1.0, "warmup": warmup}
+def adapted(adapter: str, scorer: str, **limits: Any) -> Callable[[list[str]], list[Any]]:
+    """``adapter`` scoring responses as its trainer calls it, built with ``limits``."""
 
     def tasks(call: Callable[[str], Any]) -> Callable[[list[str]], list[Any]]:
         async def gather(texts: list[str]) -> list[Any]:
@@ -418,21 +416,27 @@ def warmed(adapter: str, warmup: Any) -> Callable[[list[str]], list[Any]]:
     return tasks(generic.score)
 
 
-@pytest.mark.parametrize(
-    "adapter",
-    [
-        "verl_sync",
-        "verl_async",
-        "verl_batch",
-        "trl_sync",
-        "trl_async",
-        "openrlhf",
-        "slime",
-        "slime_group",
-        "verifiers",
-        "generic",
-    ],
-)
+#: Every adapter entry point, as :func:`adapted` builds it.
+ADAPTERS = [
+    "verl_sync",
+    "verl_async",
+    "verl_batch",
+    "trl_sync",
+    "trl_async",
+    "openrlhf",
+    "slime",
+    "slime_group",
+    "verifiers",
+    "generic",
+]
+
+
+def warmed(adapter: str, warmup: Any) -> Callable[[list[str]], list[Any]]:
+    """``adapter`` scoring responses as its trainer calls it, its pool warmed with ``warmup``."""
+    return adapted(adapter, spec("imports_its_sample"), budget=BUDGET, default=-1.0, warmup=warmup)
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
 def test_every_adapter_warms_its_pool_with_the_warmup_item(adapter: str, lazy: str) -> None:
     """The scorer imports a module nobody has imported: it scores 1.0 only where the warm-up,
     in the pool's zygote, imported it first. An adapter that dropped ``warmup`` scores 0.0."""
