@@ -35,6 +35,7 @@ from pytest_rewardhang.adapters import _shared
 from pytest_rewardhang.guard import MAX_PROCESSES
 
 __all__ = [
+    "CODE_SOURCES",
     "compute_score",
     "compute_score_async",
     "compute_score_batch",
@@ -48,6 +49,10 @@ R = TypeVar("R")
 #: What verl scores with when no custom reward function is configured.
 _VERL_DEFAULT = "verl.utils.reward_score:default_compute_score"
 _ALWAYS = frozenset({"data_source", "solution_str", "ground_truth"})
+#: The data sources verl's own dispatcher (``default_compute_score``) scores by running the
+#: response as a program (prime_code, or a sandbox): by default their samples are isolated, each
+#: in a process of its own, so nothing a policy's program changes reaches a later sample.
+CODE_SOURCES = frozenset({"codecontests", "apps", "codeforces", "taco"})
 #: What verl's reward loop passes beyond verl's four (``RewardLoopManagerBase.run_single``):
 #: any other keyword comes from the user's ``reward_kwargs``.
 _VERL_PASSES = frozenset({"reward_router_address", "reward_model_tokenizer"})
@@ -103,13 +108,16 @@ def compute_score(
     hang_log: str | None = None,
     workers: int = 2,
     warmup: _shared.Warmup = None,
-    isolate: bool = False,
+    isolate: bool | None = None,
     max_processes: int | None = MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """verl's per-item signature; ``kwargs`` beyond the guard's own go to the scorer."""
+    """verl's per-item signature; ``kwargs`` beyond the guard's own go to the scorer.
+
+    ``isolate``: None (the default) isolates the samples of verl's code data sources
+    (:data:`CODE_SOURCES`) and no others."""
     scoring = _scoring(
         scorer,
         budget,
@@ -118,7 +126,7 @@ def compute_score(
         hang_log,
         workers,
         warmup,
-        isolate,
+        _isolates(isolate, data_source),
         max_processes,
         network,
         unprivileged,
@@ -141,7 +149,7 @@ async def compute_score_async(
     hang_log: str | None = None,
     workers: int = 2,
     warmup: _shared.Warmup = None,
-    isolate: bool = False,
+    isolate: bool | None = None,
     max_processes: int | None = MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
@@ -156,7 +164,7 @@ async def compute_score_async(
         hang_log,
         workers,
         warmup,
-        isolate,
+        _isolates(isolate, data_source),
         max_processes,
         network,
         unprivileged,
@@ -180,7 +188,7 @@ def compute_score_batch(
     hang_log: str | None = None,
     workers: int = 2,
     warmup: _shared.Warmup = None,
-    isolate: bool = False,
+    isolate: bool | None = None,
     max_processes: int | None = MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
@@ -191,29 +199,32 @@ def compute_score_batch(
     The scorer is still called once per item, with verl's per-item signature, on ``workers``
     warm workers; scores come back in order, ``default`` where an item hung.
     """
-    scoring = _scoring(
-        scorer,
-        budget,
-        default,
-        memory_mb,
-        hang_log,
-        workers,
-        warmup,
-        isolate,
-        max_processes,
-        network,
-        unprivileged,
-    )
-    took = scoring.accepts()
-    _say_unused(scoring, took, kwargs)
     extras = list(extra_infos) if extra_infos is not None else [None] * len(solution_strs)
-    samples = [
-        _sample(took, source, solution, truth, extra, kwargs)
-        for source, solution, truth, extra in zip(
-            data_sources, solution_strs, ground_truths, extras, strict=True
+    rows = list(zip(data_sources, solution_strs, ground_truths, extras, strict=True))
+    scores: list[Any] = [None] * len(rows)
+    for isolated in (False, True):
+        chosen = [i for i, row in enumerate(rows) if _isolates(isolate, row[0]) is isolated]
+        if not chosen:
+            continue
+        scoring = _scoring(
+            scorer,
+            budget,
+            default,
+            memory_mb,
+            hang_log,
+            workers,
+            warmup,
+            isolated,
+            max_processes,
+            network,
+            unprivileged,
         )
-    ]
-    return scoring.score_many(samples)
+        took = scoring.accepts()
+        _say_unused(scoring, took, kwargs)
+        samples = [_sample(took, *rows[i], kwargs) for i in chosen]
+        for i, score in zip(chosen, scoring.score_many(samples), strict=True):
+            scores[i] = score
+    return scores
 
 
 def guarded_compute_score(
@@ -225,7 +236,7 @@ def guarded_compute_score(
     hang_log: str | None = None,
     workers: int = 2,
     warmup: _shared.Warmup = None,
-    isolate: bool = False,
+    isolate: bool | None = None,
     max_processes: int | None = MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
@@ -256,7 +267,7 @@ def guarded_compute_score_async(
     hang_log: str | None = None,
     workers: int = 2,
     warmup: _shared.Warmup = None,
-    isolate: bool = False,
+    isolate: bool | None = None,
     max_processes: int | None = MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
@@ -288,7 +299,7 @@ def guarded_compute_score_batch(
     hang_log: str | None = None,
     workers: int = 2,
     warmup: _shared.Warmup = None,
-    isolate: bool = False,
+    isolate: bool | None = None,
     max_processes: int | None = MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
@@ -351,7 +362,7 @@ def _bound(
     hang_log: str | None,
     workers: int,
     warmup: _shared.Warmup,
-    isolate: bool,
+    isolate: bool | None,
     max_processes: int | None,
     network: bool,
     unprivileged: bool,
@@ -366,7 +377,7 @@ def _bound(
         hang_log,
         workers,
         warmup,
-        isolate,
+        bool(isolate),
         max_processes,
         network,
         unprivileged,
@@ -385,6 +396,14 @@ def _bound(
         network=network,
         unprivileged=unprivileged,
     )
+
+
+def _isolates(isolate: bool | None, data_source: Any) -> bool:
+    """Whether a sample runs isolated: as asked, or by default when verl scores its data
+    source by running the response (:data:`CODE_SOURCES`)."""
+    if isolate is None:
+        return isinstance(data_source, str) and data_source in CODE_SOURCES
+    return isolate
 
 
 def _plain(value: Any) -> Any:

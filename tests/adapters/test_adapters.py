@@ -349,6 +349,32 @@ def test_isolate_passes_through_to_the_pool_and_a_hang_still_costs_only_its_samp
     assert scores == [1.0, None, 0.0, 1.0]
 
 
+def isolated_pools(scorer: str) -> list[bool]:
+    """Whether each pool the adapters hold for ``scorer`` isolates its items, in start order."""
+    return [p._engine.processes.isolate for key, p in _shared._pools.items() if key[0] == scorer]
+
+
+def test_verl_isolates_the_samples_of_its_code_data_sources_by_default() -> None:
+    # verl's own dispatcher runs the response of these as a program: each such sample gets a
+    # process of its own, the others the warm worker; isolate= still decides when given.
+    scorer = spec("compute_score")
+    score = verl_adapter.guarded_compute_score(scorer, budget=BUDGET, workers=1)
+    assert score("codecontests", "= 42", "42") == 1.0
+    assert isolated_pools(scorer) == [True]
+    assert score("openai/gsm8k", "= 42", "42") == 1.0
+    assert isolated_pools(scorer) == [True, False]
+    batch = verl_adapter.guarded_compute_score_batch(scorer, budget=BUDGET, workers=1)
+    assert batch(["apps", "openai/gsm8k", "taco"], ["= 1", "= 2", "= 3"], ["1", "0", "3"]) == [
+        1.0,
+        0.0,
+        1.0,
+    ]
+    assert isolated_pools(scorer) == [True, False]
+    warm = verl_adapter.guarded_compute_score(scorer, budget=BUDGET, workers=2, isolate=False)
+    assert warm("codecontests", "= 42", "42") == 1.0
+    assert isolated_pools(scorer) == [True, False, False]
+
+
 def test_trl_scorer_with_kwargs_gets_columns_never_batch_wide_objects(
     make_reward: Callable[..., Any],
 ) -> None:
