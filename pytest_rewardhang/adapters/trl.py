@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
-from pytest_rewardhang.guard import MAX_PROCESSES
+from pytest_rewardhang.guard import MAX_PROCESSES as _MAX_PROCESSES
 
 __all__ = ["PooledReward", "async_pooled_reward", "pooled_reward"]
 
@@ -92,7 +92,7 @@ def async_pooled_reward(
     name: str | None = None,
     warmup: _shared.Warmup = None,
     isolate: bool = False,
-    max_processes: int | None = MAX_PROCESSES,
+    max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
 ) -> Callable[..., Coroutine[Any, Any, list[Any]]]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from pytest_rewardhang.adapters import _shared
-from pytest_rewardhang.guard import MAX_PROCESSES
+from pytest_rewardhang.guard import MAX_PROCESSES as _MAX_PROCESSES
 
 __all__ = ["pooled_rubric_func"]
 
@@ -41,7 +41,7 @@ def pooled_rubric_func(
     name: str | None = None,
     warmup: _shared.Warmup = None,
     isolate: bool = False,
-    max_processes: int | None = MAX_PROCESSES,
+    max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:

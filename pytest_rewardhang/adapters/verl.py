@@ -32,7 +32,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pytest_rewardhang.adapters import _shared
-from pytest_rewardhang.guard import MAX_PROCESSES
+from pytest_rewardhang.guard import MAX_PROCESSES as _MAX_PROCESSES
 
 __all__ = [
     "CODE_SOURCES",
@@ -109,7 +109,7 @@ def compute_score(
     workers: int = 2,
     warmup: _shared.Warmup = None,
     isolate: bool | None = None,
-    max_processes: int | None = MAX_PROCESSES,
+    max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
     **kwargs: Any,
@@ -150,7 +150,7 @@ async def compute_score_async(
     workers: int = 2,
     warmup: _shared.Warmup = None,
     isolate: bool | None = None,
-    max_processes: int | None = MAX_PROCESSES,
+    max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
     **kwargs: Any,
@@ -189,7 +189,7 @@ def compute_score_batch(
     workers: int = 2,
     warmup: _shared.Warmup = None,
     isolate: bool | None = None,
-    max_processes: int | None = MAX_PROCESSES,
+    max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
     **kwargs: Any,
@@ -237,7 +237,7 @@ def guarded_compute_score(
     workers: int = 2,
     warmup: _shared.Warmup = None,
     isolate: bool | None = None,
-    max_processes: int | None = MAX_PROCESSES,
+    max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
 ) -> Callable[..., Any]:
@@ -268,7 +268,7 @@ def guarded_compute_score_async(
     workers: int = 2,
     warmup: _shared.Warmup = None,
     isolate: bool | None = None,
-    max_processes: int | None = MAX_PROCESSES,
+    max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
@@ -300,7 +300,7 @@ def guarded_compute_score_batch(
     workers: int = 2,
     warmup: _shared.Warmup = None,
     isolate: bool | None = None,
-    max_processes: int | None = MAX_PROCESSES,
+    max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
 ) -> Callable[..., list[Any]]:
