@@ -10,7 +10,6 @@ import errno
 import faulthandler
 import importlib
 import os
-import pickle
 import resource
 import signal
 import stat
@@ -144,11 +143,7 @@ def attack(kind: str, arg: str = "", burn_s: float = 0.0) -> Any:
         time.sleep(3600)
     if kind == "forge-nested-status":  # an answer whose status recurses past any repr
         serve, index = serving()
-        status: list[Any] = []
-        for _ in range(20_000):
-            status = [status]
-        sys.setrecursionlimit(100_000)
-        payload = pickle.dumps((status, None, None, None))
+        payload = nested_status_frame(100_000, fields=4)
         fields = (0, index, 0, 0.001, 0.0, 0.0, 0.0, 0, False)
         os.write(serve.result_w, result_frame(("error",), payload, b"", *fields))
         time.sleep(3600)
@@ -317,6 +312,15 @@ def crash(how: str, mb: int = 0) -> int:
             time.sleep(3600)
         return 1
     return 0
+
+
+def nested_status_frame(depth: int, fields: int) -> bytes:
+    """The pickle of a result frame of ``fields`` fields whose status is a list nested
+    ``depth`` deep, the rest None and 0: written opcode by opcode, as pickling it would
+    recurse past the C stack (Python 3.12 refuses a thousand)."""
+    status = b"]" * depth + b"a" * (depth - 1)  # EMPTY_LIST each, then APPEND each inward
+    rest = b"N" * 3 + b"K\x00" * (fields - 4)  # NONE, NONE, NONE, then BININT1 0
+    return b"\x80\x02(" + status + rest + b"t."  # PROTO 2, MARK ... TUPLE, STOP
 
 
 def serving() -> tuple[Any, int]:

@@ -28,6 +28,7 @@ from pytest_rewardhang.guard._decode import decode
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL, RESULT_LIMIT
 from tests._procs import python_c
 from tests.conftest import kill_everything_below, pipes, sigint_storm, state
+from tests.guard._attacks import nested_status_frame
 
 #: Where the package under test is imported from, for the subprocesses.
 ROOT = str(Path(pytest_rewardhang.__file__).resolve().parents[1])
@@ -519,32 +520,23 @@ def test_a_forged_result_frame_is_an_error_not_an_exception() -> None:
     assert "malformed" in out.error
 
 
-def forge_status(status: Any) -> int:
-    """Make the child write a well-framed result whose status is ``status``."""
+def forge_status(frame: bytes) -> int:
+    """Make the child write ``frame`` as its well-framed result."""
     from pytest_rewardhang.guard import _child
 
-    def forged(frame: tuple[Any, ...]) -> bytes:
-        sys.setrecursionlimit(100_000)
-        return pickle.dumps((status, None, None, None, 0))
-
-    setattr(_child, "pickle_frame", forged)  # noqa: B010 - private name, not exported
+    setattr(_child, "pickle_frame", lambda _: frame)  # noqa: B010 - private name, not exported
     return 1
-
-
-def nested(depth: int) -> list[Any]:
-    status: list[Any] = []
-    for _ in range(depth):
-        status = [status]
-    return status
 
 
 @pytest.mark.usefixtures("no_leaks")
 @pytest.mark.parametrize(
-    "status", [nested(20_000), "x" * (8 << 20)], ids=["nested-past-any-repr", "8-MiB-string"]
+    "frame",
+    [nested_status_frame(100_000, fields=5), pickle.dumps(("x" * (8 << 20), None, None, None, 0))],
+    ids=["nested-past-any-repr", "8-MiB-string"],
 )
-def test_a_forged_status_is_named_in_a_short_line(status: Any) -> None:
+def test_a_forged_status_is_named_in_a_short_line(frame: bytes) -> None:
     # The error named it by its repr: RecursionError raised out of run(), or 8 MiB of text.
-    out = run(forge_status, (status,), budget=5.0)
+    out = run(forge_status, (frame,), budget=5.0)
     assert out.status is Status.ERROR
     assert out.error is not None
     assert "malformed" in out.error
