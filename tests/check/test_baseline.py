@@ -47,6 +47,7 @@ def report(project: pytest.Pytester) -> dict[str, Any]:
     return {entry["id"]: entry for entry in document["scorers"]}
 
 
+@pytest.mark.slow  # check runs with a replay: the slow tier
 def test_a_regressed_scorer_fails_only_its_item_after_a_replay(project: pytest.Pytester) -> None:
     stored_baseline(project)
     result = project.runpytest_subprocess(
@@ -89,6 +90,7 @@ def test_a_regressed_scorer_fails_only_its_item_after_a_replay(project: pytest.P
     assert found["scorers.spin"]["status"] == "regressed"
 
 
+@pytest.mark.slow  # three check runs, each calibrating the machine: the slow tier
 def test_a_slower_machine_does_not_fail(project: pytest.Pytester) -> None:
     """Ten times the baseline's calibration: 0.1 s measured is the baseline's 0.01 s."""
     stored_baseline(project)
@@ -118,6 +120,7 @@ def test_a_slower_machine_does_not_fail(project: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
 
 
+@pytest.mark.slow  # three check runs: the slow tier
 def test_a_baseline_from_another_interpreter_or_cpu_is_compared_and_says_so(
     project: pytest.Pytester,
 ) -> None:
@@ -145,6 +148,7 @@ def test_a_baseline_from_another_interpreter_or_cpu_is_compared_and_says_so(
     assert {entry["repetition"]["python"], entry["repetition"]["cpu"]} == set(here.values())
 
 
+@pytest.mark.slow  # four check runs: the slow tier
 def test_changed_source_or_corpus_is_a_new_entry_and_a_changed_scorer_is_still_gated(
     project: pytest.Pytester,
 ) -> None:

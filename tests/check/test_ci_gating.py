@@ -40,6 +40,7 @@ def test_known_items_xfail_while_they_hang_and_fail_once_they_stop(
     )
 
 
+@pytest.mark.slow  # four check runs: the slow tier
 def test_known_scorers_are_strict_per_scorer(project: pytest.Pytester) -> None:
     # Two spellings: the spec as registered and the scorer id.
     known(project, "scorers.py:c_hang", "scorers.clean")

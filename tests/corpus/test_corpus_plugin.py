@@ -140,6 +140,7 @@ def test_saved_hang_is_shrunk_and_replays_as_a_corpus(project: pytest.Pytester) 
     replay.stdout.fnmatch_lines([f"*hangs: case {data['family']}-*-{size} ({size} chars)*"])
 
 
+@pytest.mark.slow  # a seeded search of a hundred probes: the slow tier
 @pytest.mark.timeout(180)
 def test_seeded_search_finds_a_planted_cubic_regex(project: pytest.Pytester) -> None:
     args = [*FAST, "--reward-hang-scorer=scorers.py:planted", "--reward-hang-max-chars=8192"]
@@ -156,6 +157,7 @@ def test_seeded_search_finds_a_planted_cubic_regex(project: pytest.Pytester) -> 
     harvested.stdout.fnmatch_lines(["*hangs: case harvested-*"])
 
 
+@pytest.mark.slow  # a growth fit over every size, seconds a size: the slow tier
 @pytest.mark.timeout(180)
 def test_growth_projects_a_quadratic_scorer_past_its_deadline(project: pytest.Pytester) -> None:
     mine = project.mkdir("mine")

@@ -192,6 +192,7 @@ def compute_score(solution_str, ground_truth):
 '''
 
 
+@pytest.mark.slow  # a search per seed: the slow tier
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_check_finds_a_planted_cubic_regex_on_every_seed(
     pytester: pytest.Pytester, seed: int

@@ -539,6 +539,7 @@ def test_sixteen_threads_of_attacks_leave_nothing(tmp_path: Path, home: str) -> 
     assert_no_groups(home)
 
 
+@pytest.mark.slow  # hundreds of calls in a row: the slow tier
 def test_many_calls_accumulate_no_folder_descriptor_or_keeper(tmp_path: Path, home: str) -> None:
     run(int, budget=10)
     before, keeping = fds(), keepers(home)

@@ -68,6 +68,7 @@ close_pools()
 DELAYS = [0, 0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89]
 
 
+@pytest.mark.slow  # a race, repeated at a dozen delays: the slow tier
 @pytest.mark.parametrize("what", ["run", "pool", "adapter"])
 def test_a_child_forked_while_threads_are_in_the_guard_can_use_it(what: str) -> None:
     # The child of a fork during the threads' first run() waited for ever on the cgroup

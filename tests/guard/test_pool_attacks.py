@@ -71,6 +71,7 @@ def test_an_item_that_stops_or_kills_the_zygote(kind: str, launch: Launch) -> No
     assert_dead([zygote.pid])
 
 
+@pytest.mark.slow  # a storm of zygote deaths: the slow tier
 @pytest.mark.usefixtures("no_leaks")
 def test_items_beside_ones_that_kill_the_zygote_get_answers_of_their_own(launch: Launch) -> None:
     # Every item running beside one that killed the zygote was reported crashed ("not run
@@ -605,6 +606,7 @@ print(sum(o.ok for o in outs), sum(o.ok for o in subs), flush=True)
 """
 
 
+@pytest.mark.slow  # a storm of worker deaths: the slow tier
 @pytest.mark.parametrize("kind", ["zygote", "caller"])
 def test_a_caller_with_the_default_sigpipe_survives_its_workers_deaths(kind: str) -> None:
     # Writing a batch to a worker its item just ended sent the caller SIGPIPE: with the default
