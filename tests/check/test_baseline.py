@@ -186,6 +186,7 @@ def test_changed_source_or_corpus_is_a_new_entry_and_a_changed_scorer_is_still_g
     )
 
 
+@pytest.mark.slow  # check runs saving a baseline: the slow tier
 @XDIST
 def test_save_writes_one_sorted_file_from_the_controller(
     project: pytest.Pytester, xdist: list[str]

@@ -265,6 +265,7 @@ def test_async_call_object_in_verifiers_style(pytester: pytest.Pytester) -> None
     assert {case["context"] for case in cases(pytester)} == {"loop", "thread"}
 
 
+@pytest.mark.slow  # a check run, then repro in each context: the slow tier
 def test_repro_runs_where_the_check_ran_and_prints_the_real_length(
     alarm_project: pytest.Pytester,
 ) -> None:

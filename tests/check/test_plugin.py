@@ -27,6 +27,7 @@ def assert_line(result: pytest.RunResult, *parts: str) -> None:
     assert any(all(part in line for part in parts) for line in lines), (parts, "\n".join(lines))
 
 
+@pytest.mark.slow  # a check run over every kind of scorer: the slow tier
 @XDIST
 def test_each_kind_of_scorer_gets_its_verdict(project: pytest.Pytester, xdist: list[str]) -> None:
     names = ("clean", "c_hang", "alarm_guarded", "leaks", "errors")
@@ -111,6 +112,7 @@ def test_fail_on_selects_what_fails(project: pytest.Pytester) -> None:
     result.assert_outcomes(passed=2)
 
 
+@pytest.mark.slow  # check runs both ways: the slow tier
 @XDIST
 def test_expect_hang_is_strict_both_ways(project: pytest.Pytester, xdist: list[str]) -> None:
     args = [

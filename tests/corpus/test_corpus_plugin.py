@@ -121,6 +121,7 @@ def test_bad_corpora_and_selections_are_one_clean_line(
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
 
 
+@pytest.mark.slow  # a check run, a shrink and a replay: the slow tier
 @pytest.mark.timeout(180)
 def test_saved_hang_is_shrunk_and_replays_as_a_corpus(project: pytest.Pytester) -> None:
     args = [*FAST, "--reward-hang-scorer=scorers.py:c_hang", "--reward-hang-max-chars=8192"]

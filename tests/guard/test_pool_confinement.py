@@ -34,6 +34,7 @@ def _pids(path: Path) -> list[int]:
     return [int(line) for line in path.read_text().split()] if path.exists() else []
 
 
+@pytest.mark.slow  # a fork bomb per mode: the slow tier
 @needs(Confinement.PIDS_MAX, "a cgroup pids controller")
 def test_a_pool_items_forks_stop_at_max_processes_and_the_pool_goes_on(
     tmp_path: Path, isolate: bool

@@ -291,6 +291,7 @@ def test_64_tasks_asubmit_while_the_loop_keeps_ticking(tmp_path: Path, max_pendi
     assert max(calls(log).values()) == 1
 
 
+@pytest.mark.slow  # items held behind hangs at their deadlines: the slow tier
 @pytest.mark.usefixtures("no_leaks")
 def test_cancelling_a_task_cancels_its_unstarted_item(tmp_path: Path) -> None:
     log = tmp_path / "calls"
@@ -483,6 +484,7 @@ def test_interpreter_exit_with_pending_futures_leaves_nothing(tmp_path: Path) ->
 # --- interrupts -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # interrupts while others wait out their deadlines: the slow tier
 @pytest.mark.usefixtures("no_leaks")
 def test_ctrl_c_while_waiting_on_a_future_leaves_the_pool_to_the_others(tmp_path: Path) -> None:
     log = tmp_path / "calls"
