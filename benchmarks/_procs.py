@@ -1,5 +1,6 @@
 """Process bookkeeping the benchmarks share: dying with the benchmark, naming, finding, killing,
-and the machine line under each table.
+a bare forked call (the reference a guard is measured against), and the machine line under
+each table.
 
 Benchmarks run real hangs; these make sure none of them outlives the benchmark, and let a
 benchmark count what a guarded call left behind by a tag in the processes' environment.
@@ -11,11 +12,13 @@ import contextlib
 import ctypes
 import functools
 import os
+import pickle
 import platform
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -111,3 +114,27 @@ def machine() -> str:
         f"Python {platform.python_version()}, Linux {platform.release()}, {os.cpu_count()} CPUs, "
         f"{total_kib / (1 << 20):.0f} GiB RAM"
     )
+
+
+def forked(fn: Callable[..., Any], args: tuple[Any, ...], poll_s: float | None = None) -> Any:
+    """The least that runs a call in a process of its own and brings its value back: a fork,
+    a pipe, ``waitpid``. ``poll_s``: find its end by polling its status that often instead (a
+    fork per call polled at 50 ms is NeMo Gym's way)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.write(write, pickle.dumps(fn(*args)))
+        finally:
+            os._exit(0)
+    os.close(write)
+    if poll_s is not None:
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            time.sleep(poll_s)
+    data = b""
+    while chunk := os.read(read, 1 << 16):
+        data += chunk
+    os.close(read)
+    if poll_s is None:
+        os.waitpid(pid, 0)
+    return pickle.loads(data)

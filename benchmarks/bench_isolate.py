@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import pickle
 import statistics
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 sys.path[:0] = [str(HERE.parent.parent)]
+
+import _procs  # noqa: E402
 
 from pytest_rewardhang.guard import Pool  # noqa: E402
 
@@ -37,20 +38,7 @@ def trivial(x: int) -> int:
 
 def fork_polled(x: int) -> int:
     """One call in a forked child, its end found by polling its status every 50 ms."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.write(write, pickle.dumps(trivial(x)))
-        finally:
-            os._exit(0)
-    os.close(write)
-    while os.waitpid(pid, os.WNOHANG) == (0, 0):
-        time.sleep(POLL_S)
-    try:
-        return int(pickle.loads(os.read(read, 1 << 16)))
-    finally:
-        os.close(read)
+    return int(_procs.forked(trivial, (x,), POLL_S))
 
 
 def per_item(score: Callable[[list[tuple[int]]], Sequence[object]], count: int) -> float:

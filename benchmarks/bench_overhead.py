@@ -53,6 +53,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
+import _procs  # noqa: E402
 import pool_scorers  # noqa: E402
 
 from pytest_rewardhang.guard import Containment, Pool, run  # noqa: E402
@@ -70,40 +71,9 @@ def trivial(x: int) -> int:
 # --- the references ----------------------------------------------------------------------------
 
 
-def bare_fork(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """The least that runs a call in a process of its own and brings its value back."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.write(write, pickle.dumps(fn(*args)))
-        finally:
-            os._exit(0)
-    os.close(write)
-    data = b""
-    while chunk := os.read(read, 1 << 16):
-        data += chunk
-    os.close(read)
-    os.waitpid(pid, 0)
-    return pickle.loads(data)
-
-
-def fork_polled(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """One call in a forked child, its end found by polling its status every 50 ms."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.write(write, pickle.dumps(fn(*args)))
-        finally:
-            os._exit(0)
-    os.close(write)
-    while os.waitpid(pid, os.WNOHANG) == (0, 0):
-        time.sleep(POLL_S)
-    try:
-        return pickle.loads(os.read(read, 1 << 16))
-    finally:
-        os.close(read)
+#: The references a guarded call is measured against: see _procs.forked.
+bare_fork = _procs.forked
+fork_polled = functools.partial(_procs.forked, poll_s=POLL_S)
 
 
 def two_serial_loops(fn: Callable[..., Any], items: Sequence[tuple[Any, ...]]) -> float:

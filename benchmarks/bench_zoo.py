@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _procs
+
 REPO = Path(__file__).resolve().parent.parent
 ZOO = REPO / "benchmarks" / "zoo"
 SPEC_FILE = ZOO / "scorers.toml"
@@ -211,7 +213,8 @@ def main() -> int:
         f"settings: {json.dumps(settings)}; jobs {args.jobs}; extra pytest args: "
         f"{shlex.join(args.pytest_args) or 'none'}"
     )
-    print(f"{installed(python)}; {machine()}")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"{installed(python)}; {_procs.machine()}, load average {load}")
     print(f"workdir: {workdir}")
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(row) for row in rows], indent=1))
@@ -558,13 +561,6 @@ def installed(python: Path) -> str:
         check=False,
     )
     return done.stdout.strip() or "versions unknown"
-
-
-def machine() -> str:
-    with open("/proc/meminfo") as f:
-        total_kib = int(f.readline().split()[1])
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return f"{os.cpu_count()} CPUs, {total_kib / (1 << 20):.0f} GiB RAM, load average {load}"
 
 
 if __name__ == "__main__":

@@ -67,31 +67,12 @@ _PROBE_S = 120.0
 Warmup = tuple[Any, ...] | Mapping[str, Any] | None
 
 
-def _pool_key(
-    scorer: Scorer,
-    budget: float,
-    memory_mb: float | None,
-    workers: int,
-    warmup: bytes | None,
-    isolate: bool,
-    max_processes: int | None,
-    network: bool,
-    unprivileged: bool,
-) -> tuple[Any, ...]:
-    # Keyed by pid too: a trainer that forks (a ProcessPoolExecutor, a dataloader) must not
-    # drive its parent's workers.
-    return (
-        scorer,
-        float(budget),
-        memory_mb,
-        workers,
-        warmup,
-        isolate,
-        max_processes,
-        network,
-        unprivileged,
-        os.getpid(),
-    )
+def _pool_key(*options: Any) -> tuple[Any, ...]:
+    """A pool's key in :data:`_pools`: :func:`pool_for`'s arguments, as it takes them.
+
+    Keyed by pid too: a trainer that forks (a ProcessPoolExecutor, a dataloader) must not
+    drive its parent's workers."""
+    return (*options, os.getpid())
 
 
 def warmup_key(warmup: Warmup) -> bytes | None:
@@ -119,6 +100,7 @@ def pool_for(
 ) -> Pool:
     """The warm pool for this scorer, these limits and this warm-up item (its
     :func:`warmup_key`), started on the first sample in this process."""
+    budget = float(budget)
     key = _pool_key(
         scorer, budget, memory_mb, workers, warmup, isolate, max_processes, network, unprivileged
     )

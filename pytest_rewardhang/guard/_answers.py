@@ -17,7 +17,7 @@ from collections.abc import Callable
 from ._contain import containment
 from ._decode import died, item_answer, output_text, stack_text
 from ._driver import said
-from ._fork import _out_of_memory
+from ._fork import out_of_memory
 from ._handle import DEAD, NEXT, Watched, Worker
 from ._launch import PoolError
 from ._ledger import Decoded, Ledger
@@ -308,7 +308,7 @@ class Answers:
                 )
                 if worker.oom_kills:  # over its memory limit, whatever else it came to
                     memory_mb = self.processes.memory_mb
-                    outcome = _out_of_memory(outcome, worker.oom_kills, memory_mb)
+                    outcome = out_of_memory(outcome, worker.oom_kills, memory_mb)
                 self.ledger.finish(index, outcome)
             else:
                 # Killed for an item that answered at the deadline, or retired after one: the

@@ -19,6 +19,7 @@ from typing import Any
 
 from ._answers import Answers
 from ._driver import CLOSED, Driver
+from ._fork import Confining
 from ._handle import DEAD, STARTING, Worker
 from ._interrupts import hold, let_in, release
 from ._launch import START_TIMEOUT_S, PoolError, Zygote
@@ -63,7 +64,7 @@ class Engine(Driver):
         warmup: Warmup = None,
         objects: bool = False,
         isolate: bool = False,
-        confining: Any = None,
+        confining: Confining | None = None,
     ) -> None:
         super().__init__(budget, max_pending)
         self.budget = budget

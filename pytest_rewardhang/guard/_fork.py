@@ -324,7 +324,7 @@ class _Call:
         self._drain()
         outcome = self._outcome(wall, timed_out, dumped, wait_status, usage, leaked)
         if oom_kills and outcome.status is not Status.MEMORY:
-            return _out_of_memory(outcome, oom_kills, self.confining.memory_mb)
+            return out_of_memory(outcome, oom_kills, self.confining.memory_mb)
         return outcome
 
     def _exited(self) -> bool:
@@ -443,7 +443,7 @@ class _Call:
         )
 
 
-def _out_of_memory(outcome: Outcome, kills: int, memory_mb: float | None) -> Outcome:
+def out_of_memory(outcome: Outcome, kills: int, memory_mb: float | None) -> Outcome:
     """A call some of whose processes the kernel's OOM killer ended at its memory limit: over
     ``memory_mb``, whatever it answered (the answer of a call whose helpers were killed is not
     its answer)."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _cgroup, _contain, _quota, _treekill
+from ._fork import Confining
 from ._interrupts import let_in
 from ._spec import SpecError, is_file_target, split_spec
 from ._wire import (
@@ -277,7 +278,7 @@ class Zygote:
         memory_mb: float | None,
         warmup: Warmup,
         isolate: bool,
-        confining: Any = None,
+        confining: Confining | None = None,
     ) -> Zygote:
         """Spawn a zygote and wait until it has imported ``target`` and scored ``warmup``.
 
@@ -329,7 +330,7 @@ class Zygote:
         warmup: Warmup,
         inherited: list[int],
         isolate: bool,
-        confining: Any = None,
+        confining: Confining | None = None,
     ) -> Zygote:
         """Fork a zygote from the caller, for a callable a fresh interpreter cannot import.
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _confine, _libc, _procfs
+from ._fork import Confining
 from ._handle import DEAD, KILLED, STARTING, Watched, Worker
 from ._launch import PoolError, Zygote, import_target, warn_if_large, worker_pipes
 from ._spec import SpecError, load_callable
@@ -63,7 +64,7 @@ class Processes:
         watched: Watched,
         inherited: Callable[[], list[int]],
         isolate: bool = False,
-        confining: Any = None,
+        confining: Confining | None = None,
     ) -> None:
         self.size = size
         self.memory_mb = memory_mb

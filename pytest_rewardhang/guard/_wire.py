@@ -15,9 +15,12 @@ import pickle
 import signal
 import struct
 import sys
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._outcome import Confinement, Status
+
+if TYPE_CHECKING:  # for the type alone: _fork imports this module
+    from ._fork import Confining
 
 _OK_VALUE = Status.OK.value
 
@@ -269,14 +272,19 @@ def config_message(
     memory_mb: float | None,
     warmup: Warmup,
     isolate: bool = False,
-    confining: Any = None,
+    confining: Confining | None = None,
 ) -> list[bytes]:
     """What the zygote needs to import the scorer and start workers, as the caller sends it:
     one message per item of the list (the length, then the pickled config in pieces)."""
     # The warm-up pickled apart: the zygote unpickles it only once sys.path is the caller's and
     # the scorer is imported, as the classes of its arguments may need either.
     warm = None if warmup is None else pickle.dumps(warmup, protocol=pickle.HIGHEST_PROTOCOL)
-    config = {"path": path, "target": target, "memory_mb": memory_mb, "warmup": warm}
+    config: dict[str, Any] = {
+        "path": path,
+        "target": target,
+        "memory_mb": memory_mb,
+        "warmup": warm,
+    }
     config["isolate"] = isolate
     config["confining"] = confining
     blob = pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)

@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 
 from . import _cgroup, _confine, _contain, _inherit, _libc, _procfs, _quota, _reap, _treekill
 from ._child import call, null_stdin
+from ._fork import Confining
 from ._isolate import Isolated
 from ._outcome import Confinement, Status
 from ._spec import SpecError, load_callable
@@ -123,7 +124,7 @@ def _serve(
     fn: Callable[..., Any] | None,
     memory_mb: float | None,
     isolate: bool,
-    confining: Any,
+    confining: Confining | None,
     note: bytes,
     load: Callable[[], Callable[..., Any]] | None = None,
 ) -> NoReturn:  # pragma: no cover - zygote only
@@ -195,7 +196,7 @@ def _serve_importing_in_each_worker(
     memory_mb: float | None,
     warm: bytes | None,
     isolate: bool,
-    confining: Any,
+    confining: Confining | None,
 ) -> NoReturn:  # pragma: no cover - zygote only
     shared = sys.argv[2]
 
@@ -218,7 +219,7 @@ def serve_forked(
     caller: int,
     warmup: Warmup,
     isolate: bool,
-    confining: Any,
+    confining: Confining | None,
 ) -> None:  # pragma: no cover - runs in a zygote forked from the caller; never returns
     """The zygote of a callable that no fresh interpreter can import, forked from the caller.
 
@@ -331,7 +332,7 @@ class _Zygote:  # pragma: no cover - zygote only
         fn: Callable[..., Any] | None,
         memory_mb: float | None,
         isolate: bool,
-        confining: Any,
+        confining: Confining | None,
         load: Callable[[], Callable[..., Any]] | None = None,
     ) -> None:
         self.sock = sock

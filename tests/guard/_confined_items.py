@@ -48,19 +48,23 @@ def fork_bomb() -> None:
             time.sleep(0.001)
 
 
-def children_holding(each_mib: int, count: int, pidfile: str) -> int:
-    """Fork ``count`` children, each holding ``each_mib`` MiB for a minute, and wait for them."""
+def children_holding(
+    each_mib: int, count: int, pidfile: str | None = None, hold_s: float = 60.0
+) -> int:
+    """Fork ``count`` children, each holding ``each_mib`` MiB for ``hold_s``, and wait for
+    them; their pids go to ``pidfile``, if given."""
     pids = []
     for _ in range(count):
         pid = os.fork()
         if pid == 0:
             hoard = bytearray(each_mib * MIB)
             hoard[:: resource.getpagesize()] = b"x" * len(hoard[:: resource.getpagesize()])
-            time.sleep(60)
+            time.sleep(hold_s)
             os._exit(0)
         pids.append(pid)
-        with open(pidfile, "a") as f:
-            f.write(f"{pid}\n")
+        if pidfile is not None:
+            with open(pidfile, "a") as f:
+                f.write(f"{pid}\n")
     for pid in pids:
         os.waitpid(pid, 0)
     return count

@@ -32,6 +32,7 @@ from pytest_rewardhang.guard import (
     guarded,
     run,
 )
+from tests.guard._confined_items import children_holding, fork_bomb
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_leaks")]
 
@@ -62,24 +63,6 @@ def timed(fn: Callable[..., Any], *args: Any, bound: float = 30.0, **kwargs: Any
 # --- memory ---------------------------------------------------------------------------------
 
 
-def _children_holding(
-    each_mib: int, count: int, hold_s: float = 60.0
-) -> int:  # pragma: no cover - in the call
-    """Fork ``count`` children, each holding ``each_mib`` MiB for ``hold_s``, and wait."""
-    pids = []
-    for _ in range(count):
-        pid = os.fork()
-        if pid == 0:
-            hoard = bytearray(each_mib * MIB)
-            hoard[:: resource.getpagesize()] = b"x" * len(hoard[:: resource.getpagesize()])
-            time.sleep(hold_s)
-            os._exit(0)
-        pids.append(pid)
-    for pid in pids:
-        os.waitpid(pid, 0)
-    return count
-
-
 def _resident_mib() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * resource.getpagesize() // MIB
@@ -90,7 +73,7 @@ def test_children_together_past_memory_mb_are_memory() -> None:
     # Each child holds 48 MiB, below the 64 MiB limit; together they hold more than the group
     # may: 64 MiB, plus what the call may copy of the caller (its resident size), plus headroom.
     room = 64 + _quota.HEADROOM_MB + _resident_mib()
-    out = timed(_children_holding, 48, room // 48 + 2, memory_mb=64, budget=60)
+    out = timed(children_holding, 48, room // 48 + 2, memory_mb=64, budget=60)
     assert out.status is Status.MEMORY, out.describe()
     assert out.error is not None
     assert out.error.startswith("MemoryError: the kernel's OOM killer ended ")
@@ -114,7 +97,7 @@ def test_one_process_past_memory_mb_is_still_its_memory_error() -> None:
 
 @needs(Confinement.MEMORY_MAX, "a cgroup memory controller")
 def test_a_call_within_memory_mb_is_untouched() -> None:
-    out = timed(_children_holding, 8, 2, 0.1, memory_mb=64, budget=60)
+    out = timed(children_holding, 8, 2, None, 0.1, memory_mb=64, budget=60)
     assert out.status is Status.OK, out.describe()
     assert out.value == 2
 
@@ -122,17 +105,9 @@ def test_a_call_within_memory_mb_is_untouched() -> None:
 # --- processes ------------------------------------------------------------------------------
 
 
-def _fork_bomb() -> None:  # pragma: no cover - in the call
-    while True:
-        try:
-            os.fork()
-        except OSError:
-            time.sleep(0.001)
-
-
 @needs(Confinement.PIDS_MAX, "a cgroup pids controller")
 def test_a_fork_bomb_is_bounded_and_killed() -> None:
-    out = timed(_fork_bomb, budget=2.0, max_processes=64, bound=15)
+    out = timed(fork_bomb, budget=2.0, max_processes=64, bound=15)
     assert out.status is Status.TIMEOUT
     assert Confinement.PIDS_MAX in out.confined
     assert 0 < out.leaked < 64  # all of them found and killed, never more than the bound
