@@ -181,7 +181,15 @@ class Plan:
             if Confinement.NO_NETWORK in applied and not _no_network():
                 return False
             # Last: the namespaces need the privileges this drops.
-            return Confinement.UNPRIVILEGED not in applied or _unprivileged()
+            if Confinement.UNPRIVILEGED not in applied:
+                return True
+            if not _unprivileged():
+                return False
+            # A working directory nobody may read (a checkout in a 0700 folder) ended a pool's
+            # worker at its first look at it: the call starts in its own folder then.
+            if not os.access(".", os.R_OK | os.X_OK):
+                os.chdir(self.tmpdir or "/")
+            return True
         except OSError:
             return False
 

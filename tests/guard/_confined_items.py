@@ -122,6 +122,11 @@ def _act(name: str, pid: int) -> None:
             f.write(value)
 
 
+def where() -> tuple[int, str, str]:
+    """Who the item runs as, where, and its temporary folder."""
+    return os.getuid(), os.getcwd(), tempfile.gettempdir()
+
+
 def item(kind: str, *args: Any) -> Any:
     """The item ``kind`` (one of this module's functions) on ``args``: one scorer per pool."""
     return globals()[kind](*args)

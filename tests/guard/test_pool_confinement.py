@@ -107,6 +107,23 @@ def test_an_unprivileged_pool_item_cannot_act_on_the_caller_or_the_zygote(isolat
     assert out.value == {"uid": "65534", **denied}
 
 
+@needs(Confinement.UNPRIVILEGED, "a root caller")
+def test_an_unprivileged_item_starts_where_it_may_when_its_callers_folder_is_closed(
+    isolate: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A checkout in a 0700 folder (mktemp -d) as the working directory: every worker dropped
+    # to nobody died at its first look at it, and every item came back crashed.
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    monkeypatch.chdir(closed)
+    with Pool(ITEM, workers=1, budget=20, unprivileged=True, isolate=isolate) as pool:
+        out = pool.map([("where",)])[0]
+    assert out.status is Status.OK, out.describe()
+    uid, cwd, tmp = out.value
+    assert uid == 65534
+    assert cwd == tmp != str(closed)
+
+
 def test_pool_items_say_what_confined_them_as_run_calls_do(isolate: bool) -> None:
     asked: dict[str, Any] = {"memory_mb": 64, "max_processes": 64}
     with Pool(ITEM, workers=1, budget=20, isolate=isolate, **asked) as pool:
