@@ -15,12 +15,9 @@ import pickle
 import signal
 import struct
 import sys
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from ._outcome import Confinement, Status
-
-if TYPE_CHECKING:  # for the type alone: _fork imports this module
-    from ._fork import Confining
 
 _OK_VALUE = Status.OK.value
 
@@ -272,7 +269,7 @@ def config_message(
     memory_mb: float | None,
     warmup: Warmup,
     isolate: bool = False,
-    confining: Confining | None = None,
+    confining: Any = None,  # a _fork.Confining; _fork imports this module
 ) -> list[bytes]:
     """What the zygote needs to import the scorer and start workers, as the caller sends it:
     one message per item of the list (the length, then the pickled config in pieces)."""
