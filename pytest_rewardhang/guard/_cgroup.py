@@ -283,13 +283,16 @@ def _check_keeper() -> None:
     if not _keeper:
         return
     pid, started = _keeper[0]
-    fields = _procfs.stat_fields(pid)  # one read for both questions: this runs every call
+    fields = _procfs.stat_fields(pid)
     if fields is None or fields[0] in (b"Z", b"X") or fields[19] != started:  # it exited
         with _lock:
             if _keeper == [(pid, started)]:
                 _keeper.clear()
                 _start_keeper(_home[0])
-    elif fields[0] in (b"T", b"t"):  # stopped
+    else:
+        # Continued whatever its state reads: a call's SIGSTOP, sent just before it returned,
+        # may not show in the state yet (the caller then lost its keeper for good, now and
+        # then on a busy machine), and a SIGCONT discards a stop still pending.
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGCONT)
 
