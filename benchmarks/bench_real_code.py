@@ -359,7 +359,9 @@ def check(python: Path, project: Path, scorer: Scorer, extra: list[str]) -> Row:
     if not report.exists():
         row.importable, row.verdict = "?", f"no report (exit {done.returncode})"
         return row
-    (entry,) = json.loads(report.read_text())["scorers"]
+    data = json.loads(report.read_text())
+    (entry,) = data["scorers"]
+    deadline = float(data["settings"]["deadline"])
     row.verdict = entry["status"]
     problem = entry.get("problem", "")
     if row.verdict == "problem" and ("cannot import" in problem or "import" in problem.lower()):
@@ -370,13 +372,16 @@ def check(python: Path, project: Path, scorer: Scorer, extra: list[str]) -> Row:
             row.verdict += ": " + _short(problem)
     row.cases = len(entry["cases"])
     for case in entry["cases"]:
-        fresh = case.get("fresh_status")
-        if case["status"] == "timeout" and fresh not in (None, "timeout"):
+        fresh, status = case.get("fresh_status"), case["status"]
+        hang = case.get("hang", fresh == "timeout")  # reports before the check said it
+        slow = status == "timeout" and not hang and (case.get("fresh_wall_s") or 0) > deadline
+        if status == "timeout" and not hang and not slow:
             row.false_timeouts += 1
             continue
-        if case["status"] in ("timeout", "memory", "crashed"):
+        if status in ("timeout", "memory", "crashed"):
             context = f" [{case['context']}]" if case.get("context") else ""
-            row.hangs.append(f"{case['id']} {case['status']}{context}{_where(case)}")
+            status = "slow" if slow else status
+            row.hangs.append(f"{case['id']} {status}{context}{_where(case)}")
         elif case["status"] == "error":
             row.errors += 1
         elif case.get("leaked"):

@@ -10,11 +10,13 @@ It makes a virtual environment of its own (``WORKDIR/venv``, kept and reused; ``
 their scoring paths import (never torch) and this checkout, then runs ``pytest
 --reward-hang-check`` at the default settings once per registered scorer, with the JSON report.
 
-Every hang it reports is confirmed outside the check: its saved input is replayed in a fresh
-process (``python -m pytest_rewardhang repro FILE --deadline 10x``) and counts as confirmed when
-it is still running at ten times the deadline, or when the check's growth fit of its family
-projects past ten times the deadline at the largest size. A timeout that replays in less is a
-false timeout, and the table says so.
+The check tells a hang (still running at ten deadlines in its fresh worker, or projected past
+that by its growth) from a slow case (past the deadline, ended sooner); the table lists both.
+Every hang it reports is confirmed again outside the check: its saved input is replayed in a
+fresh process (``python -m pytest_rewardhang repro FILE --deadline 10x``) and counts as
+confirmed when it is still running at ten times the deadline, or when the check's growth fit of
+its family projects past ten times the deadline at the largest size. A timeout that replays in
+less is a false timeout, and the table says so.
 
 The table: package and version, scorer, the call style the check chose (from its JSON report,
 else from the signature as the check reads it), verdict, each hang (case, size, where it was
@@ -100,6 +102,8 @@ class Row:
     verdict: str = ""
     problem: str = ""
     hangs: list[Hang] = field(default_factory=list)
+    #: The cases the check itself judged slow, not hung: ``case [context] N s`` (its re-run).
+    slow: list[str] = field(default_factory=list)
     false_timeouts: list[str] = field(default_factory=list)
     errors: int = 0
     leaks: int = 0
@@ -304,15 +308,19 @@ def read_report(
     row.style = entry.get("style") or call_style(python, project, scorer)
     row.growth = entry.get("growth") or []
     row.cases = len(entry["cases"])
+    deadline = float(settings["deadline"])
     for case in entry["cases"]:
         status, fresh = case["status"], case.get("fresh_status")
+        hang = case.get("hang", fresh == "timeout")  # reports before the check said it
         row.sizes.setdefault(f"{_stem(case['id'])}|{case.get('context') or ''}", []).append(
             (case["chars"], status, case["wall_s"])
         )
         if status == "ok":
             row.ok_cases += 1
             row.leaks += bool(case.get("leaked"))
-        elif status == "timeout" and fresh not in (None, "timeout"):
+        elif status == "timeout" and not hang and (case.get("fresh_wall_s") or 0) > deadline:
+            row.slow.append(f"{case['id']} [{case.get('context')}] {case['fresh_wall_s']:.1f} s")
+        elif status == "timeout" and not hang:
             row.false_timeouts.append(f"{case['id']} (fresh worker: {fresh})")
         elif status in ("timeout", "memory", "crashed"):
             row.hangs.append(
@@ -432,7 +440,8 @@ def summary(row: Row) -> str:
     real = sum(h.real is True for h in row.hangs)
     return (
         f"{row.verdict}, style {row.style}, {row.ok_cases}/{row.cases} ok, {len(row.hangs)} "
-        f"hangs ({real} confirmed), {len(row.false_timeouts)} retracted, {row.wall_s:.0f} s"
+        f"hangs ({real} confirmed), {len(row.slow)} slow, {len(row.false_timeouts)} retracted, "
+        f"{row.wall_s:.0f} s"
     )
 
 
@@ -478,9 +487,9 @@ def _hang_cell(row: Row) -> str:
 def table(rows: list[Row]) -> str:
     lines = [
         "| package | scorer | function | call style | verdict | hangs: case [context], stuck "
-        "line; confirmed by (+ more cases of that family) | ok / cases | retracted "
-        "| wall |",
-        "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: |",
+        "line; confirmed by (+ more cases of that family) | slow, not hung: case [context], "
+        "time on its own | ok / cases | retracted | wall |",
+        "| --- | --- | --- | --- | --- | --- | --- | ---: | ---: | ---: |",
     ]
     for row in rows:
         verdict = row.verdict
@@ -491,7 +500,8 @@ def table(rows: list[Row]) -> str:
         lines.append(
             f"| {row.scorer.package} {row.scorer.version} | {row.scorer.id} | "
             f"`{row.scorer.function}` | {row.style} | {verdict} | {_hang_cell(row)} | "
-            f"{row.ok_cases} / {row.cases} | {len(row.false_timeouts)} | {row.wall_s:.0f} s |"
+            f"{'<br>'.join(row.slow) or '-'} | {row.ok_cases} / {row.cases} | "
+            f"{len(row.false_timeouts)} | {row.wall_s:.0f} s |"
         )
     return "\n".join(lines)
 
@@ -540,6 +550,8 @@ def totals(rows: list[Row], packages: int, elapsed: float) -> str:
         f"{sum(h.real is True for h in hangs)} confirmed past {CONFIRM_FACTOR}x, "
         f"{sum(h.real is None for h in hangs)} slow but not {CONFIRM_FACTOR}x, "
         f"{sum(h.real is False for h in hangs)} false); "
+        f"{sum(bool(r.slow) for r in rows)} slow but not hung ({sum(len(r.slow) for r in rows)} "
+        "cases the check judged slow); "
         f"{len(clean)} clean, {sum(r.ok_cases >= MIN_OK_CASES for r in clean)} of them on "
         f">= {MIN_OK_CASES} ok cases; {sum(len(r.false_timeouts) for r in rows)} timeouts "
         f"the check retracted itself (its fresh worker finished); {elapsed:.0f} s in all"

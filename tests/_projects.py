@@ -109,13 +109,21 @@ def line_of(text: str, needle: str) -> int:
 C_HANG_LINE = line_of(SCORERS, "sum(range(10**13))")
 
 
-def fast(*, deadline: float, max_chars: int, family: str | None = None) -> list[str]:
-    """``--reward-hang-check`` with a short deadline and small cases, without pytest's cache."""
+def fast(
+    *, deadline: float, max_chars: int, family: str | None = None, confirm: float | None = 2
+) -> list[str]:
+    """``--reward-hang-check`` with a short deadline and small cases, without pytest's cache.
+
+    ``confirm``: the deadlines a timed-out case's re-run may take (``None``: the default, ten);
+    two, where what is under test is not that confirmation, keep each hang's cost down.
+    """
     args = [
         "--reward-hang-check",
         f"--reward-hang-deadline={deadline:g}",
         f"--reward-hang-max-chars={max_chars}",
     ]
+    if confirm is not None:
+        args.append(f"--reward-hang-confirm={confirm:g}")
     if family is not None:
         args.append(f"--reward-hang-family={family}")
     return [*args, "-p", "no:cacheprovider"]

@@ -76,17 +76,20 @@ def test_quick_zoo_finds_the_search_r1_hang_and_judges_it(tmp_path: Path) -> Non
         "lighteval.gsm8k_normalizer",
     }, rows
     search = verdicts.pop("verl.search_r1")
-    assert search[4] == "hang", search
-    assert "search_r1_like_qa_em.py:" in search[5], search
-    # Each hang judged outside the check, by a replay or the growth fit. Whether the fit
-    # projects past 10x the deadline at 128 KiB depends on the machine's speed of the moment
-    # (16 s against the 20 s line once, beside the rest of the slow tier): docs/zoo.md reports
-    # that; here it is enough that the judging ran.
-    hangs = search[5].split("<br>")
-    assert all(re.search(r"repro|fit", hang) for hang in hangs), search
+    # Its time grows as n^1.8 to about 50 s at 128 KiB on a quiet 2-core VM: a hang by the
+    # check's 10x rule, but one a busy machine's fit can put under the line (16 s once, beside
+    # the rest of the slow tier), and then the check says slow. Either way it is caught, at
+    # its own line, and each hang is judged again outside the check (a replay or the fit).
+    assert search[4] in ("hang", "slow"), search
+    if search[4] == "slow":
+        assert "tag-soup" in search[6] or "harvested" in search[6], search
+    else:
+        assert "search_r1_like_qa_em.py:" in search[5], search
+        hangs = search[5].split("<br>")
+        assert all(re.search(r"repro|fit", hang) for hang in hangs), search
     for row in verdicts.values():
         assert row[4] == "ok", row
-        ok, cases = (int(n) for n in row[6].split(" / "))
+        ok, cases = (int(n) for n in row[7].split(" / "))
         assert ok >= 10, row
         assert ok == cases, row
     assert verdicts["trl.think_format_reward"][3] == "trl"

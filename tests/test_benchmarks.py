@@ -207,13 +207,13 @@ def test_quick_isolate_benchmark_prints_the_table() -> None:
     assert "load average" in stdout
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_check_time_benchmark_quick() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "bench_check_time.py"), "--quick"],
         capture_output=True,
         text=True,
-        timeout=230,
+        timeout=400,
         check=False,
     )
     assert done.returncode == 0, done.stderr
@@ -224,7 +224,9 @@ def test_check_time_benchmark_quick() -> None:
     families = {row[0]: row for row in rows if row[0] in ("repetition", "power-tower")}
     assert set(families) == {"repetition", "power-tower"}, done.stdout
     for row in families.values():
-        assert row[1:3] == ["1", "2"], row  # one case, its hang and the fresh worker's
+        # One case: its deadline, and a fresh worker still running it at ten deadlines.
+        assert row[1] == "1", row
+        assert float(row[2]) >= 11, row
     total = next(row for row in rows if row[0].startswith("all "))
     assert int(total[3]) > 0, total  # the cases the confirmed hangs spared
 

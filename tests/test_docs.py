@@ -711,6 +711,8 @@ def _hang_message(where: Path) -> Ran:
     )
     (where / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
     args = ["--reward-hang-check", "--reward-hang-scorer", "scorer.py:compute_score"]
+    # Half a second, not the default two: its confirmation (ten deadlines) is the test's time.
+    args += ["--reward-hang-deadline", "0.5"]
     return pytest_in(where, *args, "--reward-hang-family", "digits-line")
 
 

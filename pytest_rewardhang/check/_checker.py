@@ -2,7 +2,9 @@
 
 Cases run one after another in a long-lived worker, as a trainer would call the scorer (some
 libraries slow down as state accumulates); a case that times out, runs out of memory or crashes
-is run again in a fresh worker, to say whether it does so on its own.
+is run again in a fresh worker, to say whether it does so on its own. A timeout is a hang only
+when the fresh worker is still running it at ``--reward-hang-confirm`` deadlines (ten), or its
+formula's growth projects that at ``max_chars``; one that ends sooner is slow.
 
 Each scorer is called in one or more contexts (``_calls.ScorerCall``): the first runs every case;
 each further one runs the example and the slowest cases the first context finished, which is
@@ -12,16 +14,19 @@ where a context-dependent guard (an alarm that only works on the main thread) sh
 from __future__ import annotations
 
 import json
+import math
 import threading
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_rewardhang.corpus import _cases, _format, _found, _harvest
+from pytest_rewardhang.corpus import _cases, _format, _found, _growth, _harvest
 from pytest_rewardhang.corpus._cases import Case
 from pytest_rewardhang.corpus._format import Formula
 from pytest_rewardhang.guard import run
+from pytest_rewardhang.guard._limits import MAX_BUDGET_S
 from pytest_rewardhang.guard._outcome import Outcome, Status
 from pytest_rewardhang.guard._pool import Pool
 from pytest_rewardhang.guard._spec import SpecError, is_file_target, split_spec
@@ -58,6 +63,14 @@ class CaseResult:
     #: A memory or crash outcome in the long-lived worker that a fresh worker did not confirm:
     #: the call alone stayed within its limits, and ``outcome`` is the fresh one.
     unconfirmed: Outcome | None = None
+    #: Why a timeout is a hang, one phrase (see ``ScorerCheck._confirm``); "" for a case that is
+    #: only slow, or that timed out only in the long-lived worker.
+    confirmed: str = ""
+
+    @property
+    def hangs(self) -> bool:
+        """A timeout shown to be a hang, not a slow case (or an expected hang, re-run once)."""
+        return self.outcome.status is Status.TIMEOUT and bool(self.confirmed)
 
     @property
     def called(self) -> str:
@@ -100,8 +113,12 @@ class ScorerCheck:
         #: The example's outcome in each further context, and whether its failure was reported.
         self._again_example: dict[str, Outcome] = {}
         self._again_reported: set[str] = set()
-        #: Per family, the cases not run after its hang was confirmed (set by run_family).
+        #: Per family, the cases not run after its hang was confirmed, or past a slow case on
+        #: its formula's ladder (set by run_family).
         self.skipped: dict[str, int] = {}
+        #: The running family is expected to hang (``expect=hang``, ``reward_hang_known``): its
+        #: timeouts are re-run for one deadline, not taken to ``--reward-hang-confirm``.
+        self._expected = False
 
     def families(self) -> list[str]:
         found = _cases.families(self.cases)
@@ -115,7 +132,7 @@ class ScorerCheck:
         """How many cases the family runs at most (for the item's outer timeout)."""
         rungs = len(_harvest_sizes(self.settings.max_chars))
         # Each further context: its example, and the slowest cases, each maybe run twice.
-        again = 2 * (1 + 2 * SLOWEST_AGAIN)
+        again = 2 * (1 + 2 * SLOWEST_AGAIN) + math.ceil(self.settings.confirm)
         if family == HARVESTED:
             return (_harvest.MAX_UNITS + _harvest.MAX_ATTACKS) * rungs + 2 + again
         if family == SEARCH:
@@ -127,27 +144,37 @@ class ScorerCheck:
     def primary(self) -> str:
         return self.contexts[0] if self.contexts else "thread"
 
-    def run_family(self, family: str) -> list[CaseResult]:
+    def run_family(self, family: str, *, expect_hang: bool = False) -> list[CaseResult]:
         """Run the family's cases in order, smallest first, up to the first confirmed hang.
 
         Sizes above a response that already hangs on its own would only hang longer; the
-        smallest hanging input is the useful reproduction.
+        smallest hanging input is the useful reproduction. Past a slow case, its formula's
+        larger sizes are skipped too: its growth, this case's time included, already said
+        whether the largest would hang. ``expect_hang``: the family is expected to hang, and
+        its timeouts need no confirming past one deadline.
         """
         info, example = self._prepare()
         self.skipped[family] = 0
+        self._expected = expect_hang
         if family == SEARCH:
             results = self._search(info, example)
         else:
             cases = self.family_cases(family, info, example)
             results = []
+            slow: set[str] = set()
             for index, case in enumerate(cases):
+                if case.formula_id is not None and case.formula_id in slow:
+                    self.skipped[family] += 1
+                    continue
                 kwargs = self.kwargs_for(case)
                 result = CaseResult(case, len(case.text), self._call(self.primary, kwargs))
-                results.append(self._judge(result, kwargs, self.primary))
-                if result.fresh is not None and result.fresh.status is Status.TIMEOUT:
+                results.append(self._judge(result, kwargs, self.primary, results))
+                if result.hangs:
                     # Confirmed: every further case would only cost a deadline more.
-                    self.skipped[family] = len(cases) - index - 1
+                    self.skipped[family] += len(cases) - index - 1
                     break
+                if result.outcome.status is Status.TIMEOUT and case.formula_id is not None:
+                    slow.add(case.formula_id)
             self._save_found(results)
         for context in self.contexts[1:]:
             results += self._again(context, example, results)
@@ -197,7 +224,7 @@ class ScorerCheck:
             result.again = True
             result.note = self._context_note(context, out)
             return [self._judge(result, example, context)]
-        if any(r.fresh is not None and r.fresh.status is Status.TIMEOUT for r in first):
+        if any(r.hangs for r in first):
             return []  # the family already hangs on its own: more of it would only cost time
         finished = [
             r
@@ -210,8 +237,8 @@ class ScorerCheck:
             kwargs = self.kwargs_for(done.case)
             result = CaseResult(done.case, done.chars, self._call(context, kwargs), context=context)
             result.again = True
-            results.append(self._judge(result, kwargs, context))
-            if result.fresh is not None and result.fresh.status is Status.TIMEOUT:
+            results.append(self._judge(result, kwargs, context, first))
+            if result.hangs:
                 break  # the smaller one hangs on its own: the larger would only hang longer
         return results
 
@@ -238,19 +265,71 @@ class ScorerCheck:
             kwargs = _calls.with_truth(info, kwargs, case.ground_truth)
         return kwargs
 
-    def _judge(self, result: CaseResult, kwargs: dict[str, Any], context: str) -> CaseResult:
+    def _judge(
+        self,
+        result: CaseResult,
+        kwargs: dict[str, Any],
+        context: str,
+        ladder: Sequence[CaseResult] = (),
+    ) -> CaseResult:
+        """Confirm a failed case in a fresh worker, and save its input.
+
+        ``ladder``: the family's cases run before it in the first context, whose times on the
+        case's formula say how its time grows.
+        """
         result.kwargs = kwargs
         result.context = context
         status = result.outcome.status
-        if status in _CONFIRMED:
+        if status is Status.TIMEOUT:
+            self._confirm(result, ladder)
+        elif status in _CONFIRMED:
             result.fresh = self._fresh(kwargs, context)
-            if status is not Status.TIMEOUT and result.fresh.status is Status.OK:
+            if result.fresh.status is Status.OK:
                 # Memory or a crash the long-lived worker had built up, not this call's own:
                 # a fresh worker ran the call alone within its limits.
                 result.unconfirmed, result.outcome = result.outcome, result.fresh
         if result.outcome.status is not Status.OK or result.outcome.leaked:
             result.saved = self._save(result)
         return result
+
+    def _confirm(self, result: CaseResult, ladder: Sequence[CaseResult]) -> None:
+        """Run a timed-out case again in a fresh worker, and say whether it hangs.
+
+        It hangs when the fresh worker still runs it at ``--reward-hang-confirm`` deadlines, or when
+        its formula's growth projects that at ``max_chars``: fitted over the ladder's smaller
+        sizes, and this case's own time when the fresh worker finished it. A hang the smaller
+        sizes already project, or an expected one, is re-run for one deadline only: a family
+        pays the ten deadlines only where nothing else tells a hang from a slow case.
+        """
+        factor = self.settings.confirm
+        bound = min(factor * self.deadline, MAX_BUDGET_S)
+        max_chars = self.settings.max_chars
+        formula = result.case.formula_id
+        points = _points(r for r in ladder if formula is not None and r.case.formula_id == formula)
+        before = _growth.fit(formula, points, max_chars) if formula is not None else None
+        projected = before is not None and before.projected_s >= bound
+        short = projected or self._expected
+        fresh = self._fresh(result.kwargs, result.context, None if short else bound)
+        result.fresh = fresh
+        if fresh.status is Status.TIMEOUT:
+            if self._expected and not projected:
+                result.confirmed = "a fresh worker timed out too (an expected hang)"
+            elif before is not None and projected:
+                result.confirmed = (
+                    f"a fresh worker timed out too, and the smaller sizes grow as "
+                    f"n^{before.exponent:.2f}: {before.projected_s:.3g} s at {max_chars} chars"
+                )
+            else:
+                result.confirmed = (
+                    f"a fresh worker still ran it at {bound:g} s ({factor:g}x the deadline)"
+                )
+        elif formula is not None and fresh.status is Status.OK and fresh.wall_s > self.deadline:
+            grown = _growth.fit(formula, [*points, (result.chars, _spent(fresh))], max_chars)
+            if grown is not None and grown.projected_s >= bound:
+                result.confirmed = (
+                    f"a fresh worker took {fresh.wall_s:.2f} s, and its time grows as "
+                    f"n^{grown.exponent:.2f}: {grown.projected_s:.3g} s at {max_chars} chars"
+                )
 
     def _harvest(self, example: dict[str, Any]) -> list[Case]:
         """Cases from the scorer's own vocabulary, collected once in a throwaway child."""
@@ -447,14 +526,18 @@ class ScorerCheck:
             threading.Thread(target=start, name="reward-hang-pool-start", daemon=True).start()
             self._starting[context] = future
 
-    def _new_pool(self, context: str) -> Pool:
+    def _new_pool(self, context: str, budget: float | None = None) -> Pool:
         materialize = self._info.materialize if self._info is not None else ()
         call = _calls.ScorerCall(self.spec, str(self.rootdir), context, materialize)
         # A code scorer runs the program it scores inside the call: each call in a child of
         # the warm worker, so nothing that program changes reaches a later case's call.
         isolate = self.scorer.kind == "code"
         return Pool(
-            call, workers=1, budget=self.deadline, memory_mb=self.memory_mb, isolate=isolate
+            call,
+            workers=1,
+            budget=budget or self.deadline,
+            memory_mb=self.memory_mb,
+            isolate=isolate,
         )
 
     def _call(self, context: str, kwargs: dict[str, Any]) -> Outcome:
@@ -463,24 +546,24 @@ class ScorerCheck:
         self._ended[context] = out.status in _ENDS_ITS_WORKER
         return out
 
-    def _fresh(self, kwargs: dict[str, Any], context: str) -> Outcome:
+    def _fresh(self, kwargs: dict[str, Any], context: str, budget: float | None = None) -> Outcome:
         """The call again in a worker that has run nothing since the warm zygote forked it but
-        the scorer's own example, before it.
+        the scorer's own example, before it; ``budget``: in place of the deadline.
 
         The example first: what a scorer does on its first call only (lm-eval's ``drop``
         imports scipy there) is then not charged to the case, which on a loaded machine made a
         case that takes a second confirm as a hang. Not for a code scorer, whose calls each run
         in a child of the worker. After a call that ended the context's worker (the kill at its
         deadline, a crash), the pool's next worker is just that: no new pool, no new
-        interpreter importing the scorer. After a call its worker outlived (a MemoryError), a
-        new pool's first worker.
+        interpreter importing the scorer. After a call its worker outlived (a MemoryError), or
+        for a budget of its own, a new pool's first worker.
         """
         warm = [self._example] if self._example is not None and self.scorer.kind != "code" else []
-        if self._ended.get(context):
+        if budget is None and self._ended.get(context):
             out = self._worker(context).map([*warm, kwargs])[-1]
             self._ended[context] = out.status in _ENDS_ITS_WORKER
             return out
-        with self._new_pool(context) as pool:
+        with self._new_pool(context, budget) as pool:
             return pool.map([*warm, kwargs])[-1]
 
     def _save(self, result: CaseResult) -> Path | None:
@@ -513,6 +596,31 @@ class ScorerCheck:
         except (OSError, TypeError, ValueError):
             return None
         return path
+
+
+def growth_of(results: Iterable[CaseResult], max_chars: int) -> list[_growth.Growth]:
+    """One power-law fit per formula, over the sizes that finished (timeouts are censored)."""
+    by_formula: dict[str, list[CaseResult]] = {}
+    for result in results:
+        if result.case.formula_id is not None:
+            by_formula.setdefault(result.case.formula_id, []).append(result)
+    fits = (_growth.fit(name, _points(found), max_chars) for name, found in by_formula.items())
+    return sorted((g for g in fits if g is not None), key=lambda g: -g.exponent)
+
+
+def _points(results: Iterable[CaseResult]) -> list[tuple[int, float]]:
+    """``(chars, seconds)`` of the cases that finished in the first context (a further
+    context's few cases would be a second, sparser curve)."""
+    return [
+        (r.chars, _spent(r.outcome))
+        for r in results
+        if r.outcome.status is Status.OK and not r.again
+    ]
+
+
+def _spent(outcome: Outcome) -> float:
+    """The call's CPU time, or its wall time where the CPU time could not be read (NaN)."""
+    return outcome.cpu_s if outcome.cpu_s == outcome.cpu_s else outcome.wall_s
 
 
 #: A cap on search sizes: past it, every example of a linear scorer costs the run real time.

@@ -12,7 +12,7 @@ from pytest_rewardhang.corpus import _growth
 from pytest_rewardhang.guard._outcome import Status
 
 from . import _report, _verdict
-from ._checker import SEARCH, CaseResult, ScorerProblem
+from ._checker import SEARCH, CaseResult, ScorerProblem, growth_of
 from ._verdict import Kind, Verdict
 
 if TYPE_CHECKING:
@@ -81,6 +81,12 @@ class FamilyItem(RewardHangItem):
         #: Listed as ``scorer-id::family`` in ``reward_hang_known``: strict for this item alone.
         self.known_hang = False
 
+    @property
+    def expect_hang(self) -> bool:
+        """Whether this item is expected to hang: its scorer is ``expect=hang``, or it is
+        listed in ``reward_hang_known``."""
+        return self.check.scorer.expect_hang or self.known_hang
+
     def runtest(self) -> None:
         verdict, results = self._judge()
         self.user_properties += _report.item_properties(
@@ -103,7 +109,7 @@ class FamilyItem(RewardHangItem):
     def _judge(self) -> tuple[Verdict, list[CaseResult]]:
         """The verdict, and the case results it was reached on."""
         try:
-            results = self.check.run_family(self.family)
+            results = self.check.run_family(self.family, expect_hang=self.expect_hang)
         except ScorerProblem as problem:
             return _verdict.problem(str(problem)), []
         self.growth = growth_of(results, self.settings.max_chars)
@@ -141,26 +147,17 @@ class FamilyItem(RewardHangItem):
         comparison = baseline.compare(scorer_id, self.family, now)
         replayed = False
         if comparison is not None and comparison.status == "regressed":
-            replay = [r for r in self.check.run_family(self.family) if not r.again]
+            replay = [
+                r
+                for r in self.check.run_family(self.family, expect_hang=self.expect_hang)
+                if not r.again
+            ]
             results = _faster(results, replay)
             self.growth = growth_of(results, self.settings.max_chars)
             now = baseline.entry(scorer_id, results, self.growth, source) or now
             comparison = baseline.compare(scorer_id, self.family, now)
             replayed = True
         return _verdict.against_baseline(verdict, now, comparison, replayed), results + again
-
-
-def growth_of(results: list[CaseResult], max_chars: int) -> list[_growth.Growth]:
-    """One power-law fit per formula, over the sizes that finished (timeouts are censored)."""
-    points: dict[str, list[tuple[int, float]]] = {}
-    for result in results:
-        out = result.outcome
-        if result.case.formula_id is None or out.status is not Status.OK or result.again:
-            continue  # a further context's few cases would be a second, sparser curve
-        spent = out.cpu_s if out.cpu_s == out.cpu_s else out.wall_s  # NaN when unreadable
-        points.setdefault(result.case.formula_id, []).append((result.chars, spent))
-    fits = (_growth.fit(formula, found, max_chars) for formula, found in points.items())
-    return sorted((g for g in fits if g is not None), key=lambda g: -g.exponent)
 
 
 def _faster(first: list[CaseResult], again: list[CaseResult]) -> list[CaseResult]:

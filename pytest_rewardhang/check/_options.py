@@ -75,6 +75,9 @@ class Settings:
     #: ``--reward-hang-contexts``: where every scorer is called, the first context running
     #: every case (None: main and thread, or loop and thread for an async scorer).
     contexts: tuple[str, ...] | None = None
+    #: ``--reward-hang-confirm``: deadlines a fresh worker runs a timed-out case for before it
+    #: is called a hang (``_checker.ScorerCheck._confirm``).
+    confirm: float = 10.0
 
 
 # (cli flag, ini name, help, ini type, default)
@@ -85,6 +88,14 @@ _VALUED: list[tuple[str, str, str, str, str | None]] = [
         "seconds one scorer call may take",
         "string",
         "2",
+    ),
+    (
+        "--reward-hang-confirm",
+        "reward_hang_confirm",
+        "deadlines a fresh worker runs a timed-out case for before it is called a hang; one "
+        "that ends sooner is slow (at least 1)",
+        "string",
+        "10",
     ),
     (
         "--reward-hang-max-chars",
@@ -310,6 +321,7 @@ def load(config: pytest.Config) -> Settings:
     strict = config.getoption("--reward-hang-strict-complexity")
     return Settings(
         deadline=value("--reward-hang-deadline", "reward_hang_deadline", positive_seconds),
+        confirm=value("--reward-hang-confirm", "reward_hang_confirm", deadlines),
         max_chars=value("--reward-hang-max-chars", "reward_hang_max_chars", positive_int),
         memory_mb=memory or None,
         seed=value("--reward-hang-seed", "reward_hang_seed", int_value),
@@ -437,6 +449,10 @@ def positive_seconds(raw: str) -> float:
     return _number(raw, float, lambda n: n > 0, "a positive number of seconds", MAX_BUDGET_S)
 
 
+def deadlines(raw: str) -> float:
+    return _number(raw, float, lambda n: n >= 1, "a number of deadlines, at least 1", 1000)
+
+
 def positive_mib(raw: str) -> float:
     return _number(raw, float, lambda n: n > 0, "a positive number of MiB", MAX_MEMORY_MB)
 
@@ -495,4 +511,9 @@ def fail_on_set(raw: str) -> frozenset[str]:
 
 
 def as_dict(settings: Settings) -> dict[str, Any]:
-    return {"deadline": settings.deadline, "max_chars": settings.max_chars, "seed": settings.seed}
+    return {
+        "deadline": settings.deadline,
+        "confirm": settings.confirm,
+        "max_chars": settings.max_chars,
+        "seed": settings.seed,
+    }

@@ -229,13 +229,16 @@ def _skipped(verdict: Verdict, lead: str = "") -> str:
 
 def failure_message(check: ScorerCheck, failing: list[CaseResult]) -> str:
     scorer, rootdir = check.scorer, check.rootdir
-    hangs = [r for r in failing if r.outcome.status is Status.TIMEOUT]
-    if hangs:
-        first = hangs[0]
+    timeouts = [r for r in failing if r.outcome.status is Status.TIMEOUT]
+    hangs = [r for r in timeouts if r.hangs]
+    if hangs or timeouts:
+        first = (hangs or timeouts)[0]
         head = (
-            f"hangs: case {first.case.id} ({first.chars} chars) ran past the "
-            f"{check.deadline:g} s deadline"
+            f"{'hangs' if hangs else 'slow'}: case {first.case.id} ({first.chars} chars) ran "
+            f"past the {check.deadline:g} s deadline"
         )
+        if not hangs:
+            head += f", but is no hang: {_not_a_hang(first, check)}"
     else:
         head = (
             f"{len(failing)} case(s) failed: {failing[0].case.id}: {failing[0].outcome.describe()}"
@@ -243,7 +246,9 @@ def failure_message(check: ScorerCheck, failing: list[CaseResult]) -> str:
     lines = [head, f"scorer {scorer.id} = {scorer.spec} (declared in {scorer.declared_in})"]
     for result in failing:
         out = result.outcome
-        word = "HANG" if out.status is Status.TIMEOUT else str(out.status).upper()
+        word = str(out.status).upper()
+        if out.status is Status.TIMEOUT:
+            word = "HANG" if result.hangs else "SLOW"
         word = "LEAK" if out.status is Status.OK else word
         lines.append("")
         lines.append(
@@ -254,14 +259,11 @@ def failure_message(check: ScorerCheck, failing: list[CaseResult]) -> str:
         if result.case.ground_truth is not None and check.takes_truth:
             lines.append(f"  with ground truth {result.case.ground_truth!r}")
         if out.status is Status.TIMEOUT:
-            if result.fresh is not None:
-                alone = result.fresh.status is Status.TIMEOUT
-                lines.append(
-                    "  hangs on its own: a fresh worker timed out too"
-                    if alone
-                    else "  only in a long-lived worker: a fresh worker finished it in "
-                    f"{result.fresh.wall_s:.2f} s ({result.fresh.status})"
-                )
+            lines.append(
+                f"  hangs: {result.confirmed}"
+                if result.hangs
+                else f"  {_not_a_hang(result, check)}"
+            )
             lines += stuck_lines(stuck_of(out, check))
         else:
             lines.append("  " + (result.note or _problem(result)))
@@ -271,6 +273,25 @@ def failure_message(check: ScorerCheck, failing: list[CaseResult]) -> str:
             python = shlex.quote(_relative(sys.executable, rootdir))
             lines.append(f"  reproduce: {python} -m pytest_rewardhang repro {shlex.quote(saved)}")
     return "\n".join(lines)
+
+
+def _not_a_hang(result: CaseResult, check: ScorerCheck) -> str:
+    """Why a timeout is not a hang: what the fresh worker that ran it again came to."""
+    fresh, deadline = result.fresh, check.deadline
+    if fresh is None:
+        return "not run again in a fresh worker"
+    if fresh.status is Status.OK and fresh.wall_s > deadline:
+        return (
+            f"a fresh worker finished it in {fresh.wall_s:.2f} s, under "
+            f"{check.settings.confirm:g}x the deadline (raise the deadline above that, or make "
+            "the scorer faster)"
+        )
+    if fresh.status is Status.OK:
+        return (
+            f"only in a long-lived worker: a fresh worker finished it in {fresh.wall_s:.2f} s "
+            "(earlier calls slowed it, or a busy machine did)"
+        )
+    return f"a fresh worker ended it otherwise: {fresh.describe()}"
 
 
 def growth_message(check: ScorerCheck, growths: list[Growth], projected: bool) -> str:
@@ -365,6 +386,9 @@ def item_record(
                 "cpu_s": round(r.outcome.cpu_s, 4),
                 "leaked": r.outcome.leaked,
                 "fresh_status": str(r.fresh.status) if r.fresh else None,
+                "fresh_wall_s": round(r.fresh.wall_s, 4) if r.fresh else None,
+                "hang": r.hangs,
+                "confirmed": r.confirmed or None,
                 "context": r.context,
                 "ground_truth": r.case.ground_truth if check.takes_truth else None,
                 **_where(r, check),
@@ -558,7 +582,7 @@ class Summary:
             if record["verdict"] in (Kind.REGRESSED, Kind.NO_LONGER_HANGS):
                 title = "reward hang " + record["verdict"].replace(Kind.NO_LONGER_HANGS, "fixed")
                 lines.append(f"::error title={title}::{record['id']}::{record['family']}")
-            if record["verdict"] != Kind.HANG:
+            if record["verdict"] not in (Kind.HANG, Kind.SLOW):
                 continue
             for case in record["cases"]:
                 if case["status"] == "timeout":
@@ -575,7 +599,8 @@ def _annotation(record: dict[str, Any], case: dict[str, Any]) -> str:
     When the dump holds no frame of the scorer's own code (a recursion deeper than
     faulthandler's 100 frames), it goes on the scorer's ``def`` line and says why.
     """
-    text = f"{record['id']} hangs on {case['id']} ({case['chars']} chars)"
+    what, title = ("hangs", "reward hang") if case["hang"] else ("is slow", "reward slow")
+    text = f"{record['id']} {what} on {case['id']} ({case['chars']} chars)"
     stuck, innermost = case.get("stuck_at"), case.get("innermost")
     place = stuck or record.get("defined_at")
     if stuck:
@@ -591,8 +616,8 @@ def _annotation(record: dict[str, Any], case: dict[str, Any]) -> str:
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     if place:
         file, line = place[0], place[1]
-        return f"::error file={file},line={line},title=reward hang::{text}"
-    return f"::error title=reward hang::{text}"
+        return f"::error file={file},line={line},title={title}::{text}"
+    return f"::error title={title}::{text}"
 
 
 def _markdown_table(scorers: list[dict[str, Any]]) -> str:

@@ -26,6 +26,10 @@ class Kind(StrEnum):
 
     PROBLEM = "problem"  # the scorer cannot be checked at all (import, signature, example)
     HANG = "hang"
+    #: Past the deadline, but not a hang: a fresh worker finished it within
+    #: ``--reward-hang-confirm`` deadlines (and its growth does not project that), or only the
+    #: long-lived worker was slow.
+    SLOW = "slow"
     FAIL = "fail"
     REGRESSED = "regressed"
     NO_LONGER_HANGS = "no longer hangs"  # known or expected to hang, and it did not
@@ -43,7 +47,7 @@ class Verdict:
     """One item's verdict and the evidence its messages show."""
 
     kind: Kind
-    #: The cases that ran past the deadline.
+    #: The cases that ran past the deadline, hangs and slow ones.
     timeouts: tuple[CaseResult, ...] = ()
     #: The cases whose outcome is one of ``--reward-hang-fail-on``.
     failing: tuple[CaseResult, ...] = ()
@@ -100,8 +104,12 @@ def judge(
     failing = tuple(r for r in results if failure_kinds(r) & fail_on)
     if not failing and not projected and not too_steep:
         return Verdict(Kind.NO_LONGER_HANGS if known_item else Kind.OK)
-    hang = any(r.outcome.status is Status.TIMEOUT for r in failing) or bool(projected)
-    kind = Kind.HANG if hang else Kind.FAIL
+    if any(r.hangs for r in failing) or projected:
+        kind = Kind.HANG
+    elif any(r.outcome.status is Status.TIMEOUT for r in failing):
+        kind = Kind.SLOW
+    else:
+        kind = Kind.FAIL
     return Verdict(kind, timeouts, failing, projected, too_steep, skipped=skipped)
 
 
@@ -141,7 +149,7 @@ def rollup(kinds: Iterable[str], expect_hang: bool) -> Kind:
     """
     found = {Kind(kind) for kind in kinds}
     worst = next((kind for kind in Kind if kind in found), Kind.OK)
-    if worst in (Kind.PROBLEM, Kind.HANG, Kind.FAIL):
+    if worst in (Kind.PROBLEM, Kind.HANG, Kind.SLOW, Kind.FAIL):
         return worst
     if expect_hang and Kind.HANG_CAUGHT not in found:
         return Kind.NO_LONGER_HANGS

@@ -47,7 +47,7 @@ def test_each_kind_of_scorer_gets_its_verdict(project: pytest.Pytester, xdist: l
     result.stdout.fnmatch_lines(
         [
             "*hangs: case repetition-8192 (8192 chars) ran past the 0.5 s deadline*",
-            "*hangs on its own: a fresh worker timed out too*",
+            "*hangs: a fresh worker*",
             "*stuck in the scorer at (innermost first):*",
             f"*scorers.py:{C_HANG_LINE} in c_hang*",
             "*input saved to .reward-hang/cases/scorers.c_hang/repetition-8192.json*",
@@ -209,6 +209,10 @@ def test_collect_only_and_marker_selection(project: pytest.Pytester) -> None:
             "ERROR: --reward-hang-deadline: expected a positive number of seconds, got '-1'",
         ),
         ("--reward-hang-max-chars=lots", "ERROR: --reward-hang-max-chars: expected a positive*"),
+        (
+            "--reward-hang-confirm=0.5",  # a re-run shorter than the deadline confirms nothing
+            "ERROR: --reward-hang-confirm: expected a number of deadlines, at least 1, got '0.5'",
+        ),
         (
             "--reward-hang-deadline=1e306",  # the guard's arithmetic overflowed on it
             "ERROR: --reward-hang-deadline: expected a positive number of seconds of at most"

@@ -166,7 +166,7 @@ def test_a_hang_behind_a_ground_truth_of_another_shape_is_found_and_named(
             "HANG case power-tower-*-truth1-given (*a ground truth of a fraction the response "
             "gives)*",
             "  with ground truth '\\\\frac{3}{4}'",
-            "  hangs on its own: a fresh worker timed out too",
+            "  hangs: a fresh worker still ran it at 2 s (2x the deadline)",
             "*shapes.py:* in _evaluate",
         ]
     )
@@ -196,6 +196,6 @@ def test_a_confirmed_hang_stops_its_family_and_says_how_many_cases_it_skipped(
     result.stdout.re_match_lines([r"shapes\.always_hangs +single +1 +15 .* hang"])
     entry = by_id["shapes.always_hangs"]
     assert entry["skipped"] == 15
-    # The hang and its confirmation: two deadlines, not one per case.
+    # The hang and its one confirmation, not a deadline per case.
     assert len(entry["cases"]) == 1
     assert entry["cases"][0]["fresh_status"] == "timeout"

@@ -25,9 +25,15 @@ from pytest_rewardhang.guard import Outcome, Status
 ALL = frozenset({"timeout", "error", "crashed", "memory", "leak"})
 
 
-def result(status: Status = Status.OK, leaked: int = 0, n: int = 0) -> CaseResult:
+def result(
+    status: Status = Status.OK, leaked: int = 0, n: int = 0, *, slow: bool = False
+) -> CaseResult:
+    """A case's result; a timeout is a confirmed hang unless ``slow``."""
     case = Case(f"case-{n}", "family", "x" * 8, "a case")
-    return CaseResult(case, 8, Outcome(status, wall_s=0.1, cpu_s=0.1, leaked=leaked))
+    hangs = status is Status.TIMEOUT and not slow
+    confirmed = "a fresh worker still ran it at 20 s (10x the deadline)" if hangs else ""
+    outcome = Outcome(status, wall_s=0.1, cpu_s=0.1, leaked=leaked)
+    return CaseResult(case, 8, outcome, confirmed=confirmed)
 
 
 def growth(exponent: float, projected_s: float) -> Growth:
@@ -67,6 +73,13 @@ def judge(
         ([result(leaked=1)], (), {}, Kind.FAIL),
         # A timeout among errors makes the item a hang.
         ([result(Status.ERROR), result(Status.TIMEOUT)], (), {}, Kind.HANG),
+        # Past the deadline but no hang (a fresh worker finished it under ten deadlines): slow,
+        # and failing as a timeout does; a hang among slow cases makes the item a hang.
+        ([result(Status.TIMEOUT, slow=True)], (), {}, Kind.SLOW),
+        ([result(Status.TIMEOUT, slow=True), result(Status.TIMEOUT, n=1)], (), {}, Kind.HANG),
+        ([result(Status.ERROR), result(Status.TIMEOUT, slow=True)], (), {}, Kind.SLOW),
+        ([result(Status.TIMEOUT, slow=True)], (), {"fail_on": frozenset({"error"})}, Kind.OK),
+        ([result(Status.TIMEOUT, slow=True)], (), {"expect_hang": True}, Kind.HANG_CAUGHT),
         # Only the outcomes of --reward-hang-fail-on fail.
         ([result(Status.ERROR)], (), {"fail_on": frozenset({"timeout"})}, Kind.OK),
         ([result(Status.TIMEOUT)], (), {"fail_on": frozenset({"error"})}, Kind.OK),
@@ -122,6 +135,8 @@ def test_only_a_confirmed_regression_fails_a_passing_family(status: str, kind: K
     [
         (["ok", "ok"], False, Kind.OK),
         (["ok", "hang caught", "fail"], False, Kind.FAIL),
+        (["ok", "slow", "fail"], False, Kind.SLOW),
+        (["slow", "hang"], False, Kind.HANG),
         (["regressed", "hang", "problem"], False, Kind.PROBLEM),
         (["ok", "no longer hangs"], False, Kind.NO_LONGER_HANGS),
         (["hang caught", "ok"], True, Kind.HANG_CAUGHT),
@@ -157,6 +172,7 @@ class FakeCheck:
 VERDICTS = {
     Kind.OK: Verdict(Kind.OK),
     Kind.HANG: judge([result(Status.TIMEOUT)]),
+    Kind.SLOW: judge([result(Status.TIMEOUT, slow=True)]),
     Kind.FAIL: judge([result(Status.ERROR)]),
     Kind.REGRESSED: Verdict(
         Kind.REGRESSED,

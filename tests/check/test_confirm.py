@@ -1,0 +1,109 @@
+"""A timeout is a hang only once it is shown to be one: a fresh worker still running it at ten
+deadlines, or its growth projecting that at the largest size. A case that ends sooner is slow,
+and says so; an expected hang is re-run for one deadline only. Real scorers, real check runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests._projects import fast
+
+#: The default: a timed-out case is a hang when a fresh worker still runs it at ten deadlines.
+CONFIRM_FACTOR = 10
+
+pytestmark = pytest.mark.timeout(240)
+
+SCORERS = """\
+import time
+
+
+def slow_past(solution_str):
+    # Past a one-second deadline on long responses, but it ends: slow, not hung.
+    if len(solution_str) > 3000:
+        time.sleep(1.5)
+    return 0.0
+
+
+def quadratic(solution_str):
+    # Time grows as the square of the response: past a one-second deadline from 32 KiB.
+    n = len(solution_str) // 64
+    for _ in range(n * n * 700):
+        pass
+    return 0.0
+
+
+def sleeps(solution_str):
+    if "6 * 7" not in solution_str:  # every input but its own example
+        time.sleep(3600)
+    return 0.0
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(scorers=SCORERS)
+    pytester.makeini("[pytest]\n")
+    return pytester
+
+
+def check(
+    pytester: pytest.Pytester, scorer: str, max_chars: int
+) -> tuple[pytest.RunResult, dict[str, Any]]:
+    result = pytester.runpytest_subprocess(
+        *fast(deadline=1, max_chars=max_chars, family="repetition", confirm=None),
+        f"--reward-hang-scorer=scorers.py:{scorer}",
+        "--reward-hang-json=r.json",
+    )
+    (entry,) = json.loads((pytester.path / "r.json").read_text())["scorers"]
+    return result, entry
+
+
+def test_a_case_that_ends_under_ten_deadlines_is_slow_not_a_hang(project: pytest.Pytester) -> None:
+    result, entry = check(project, "slow_past", 8192)
+    assert result.ret == 1  # past the deadline still fails the run
+    assert "Traceback" not in result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "slow: case repetition-*4096 (4096 chars) ran past the 1 s deadline, but is no hang: "
+            f"a fresh worker finished it in * s, under {CONFIRM_FACTOR}x the deadline (*",
+            "SLOW case repetition-*4096 (*",
+            "  called on the main thread (context main)",
+            f"  a fresh worker finished it in * s, under {CONFIRM_FACTOR}x the deadline (*",
+        ]
+    )
+    assert "HANG" not in result.stdout.str()
+    result.stdout.re_match_lines([r"scorers\.slow_past +single .* slow +"])
+    assert entry["status"] == "slow"
+    timeouts = [case for case in entry["cases"] if case["status"] == "timeout"]
+    assert len(timeouts) == 3  # the 4096 rung of each of the family's three formulas
+    for case in timeouts:
+        assert (case["hang"], case["confirmed"], case["fresh_status"]) == (False, None, "ok")
+        assert 1.0 < case["fresh_wall_s"] < CONFIRM_FACTOR
+    # Past a slow rung, its formula's larger one is not run: it would only be slower.
+    assert entry["skipped"] == 3
+    assert not any(case["chars"] == 8192 for case in entry["cases"])
+
+
+def test_a_hang_its_growth_projects_is_confirmed_by_the_fit(project: pytest.Pytester) -> None:
+    result, entry = check(project, "quadratic", 131072)
+    assert result.ret == 1
+    assert entry["status"] == "hang"
+    (hang,) = (case for case in entry["cases"] if case["hang"])
+    # Projected from the smaller sizes (the fresh worker then needs one deadline), or from
+    # the time a fresh worker took on it: either way, the growth said it.
+    assert " as n^" in hang["confirmed"], hang
+    result.stdout.fnmatch_lines(["HANG case repetition-*", "  hangs: a fresh worker *as n^*"])
+
+
+def test_an_expected_hang_is_confirmed_within_one_deadline(project: pytest.Pytester) -> None:
+    project.makeini("[pytest]\nreward_hang_known =\n    scorers.sleeps::repetition\n")
+    result, entry = check(project, "sleeps", 4096)
+    result.assert_outcomes(xfailed=1)
+    (case,) = entry["cases"]
+    assert case["confirmed"] == "a fresh worker timed out too (an expected hang)"
+    assert case["fresh_status"] == "timeout"
+    # Not taken to ten deadlines: that a listed hang still hangs is all the run asks.
+    assert case["fresh_wall_s"] < CONFIRM_FACTOR
