@@ -122,6 +122,7 @@ class FamilyItem(RewardHangItem):
             expect_hang=self.check.scorer.expect_hang,
             known_item=self.known_hang,
             skipped=self.check.skipped.get(self.family, 0),
+            confirm=self.settings.confirm,
         )
         # Only a passing family is measured; the search's inputs change from run to run, so
         # there is nothing there to compare.

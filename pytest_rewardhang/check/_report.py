@@ -216,7 +216,7 @@ def item_message(
             message = f"{head}\n{_skipped(verdict)}\n{rest}"
     else:
         steep = list(verdict.projected or verdict.too_steep)
-        message = growth_message(check, steep, bool(verdict.projected))
+        message = growth_message(check, steep, verdict)
     return message + growth_lines(growth)
 
 
@@ -294,15 +294,18 @@ def _not_a_hang(result: CaseResult, check: ScorerCheck) -> str:
     return f"a fresh worker ended it otherwise: {fresh.describe()}"
 
 
-def growth_message(check: ScorerCheck, growths: list[Growth], projected: bool) -> str:
+def growth_message(check: ScorerCheck, growths: list[Growth], verdict: Verdict) -> str:
     scorer = check.scorer
     worst = growths[0]
-    if projected:
+    if verdict.projected:
+        worst = max(growths, key=lambda g: g.projected_s)
         head = (
-            f"hangs (projected): time grows as n^{worst.exponent:.2f}, "
-            f"{worst.projected_s:.3g} s at {worst.max_chars} chars, past the "
-            f"{check.deadline:g} s deadline"
+            f"{'hangs' if verdict.hang else 'slow'} (projected): time grows as "
+            f"n^{worst.exponent:.2f}, {worst.projected_s:.3g} s at {worst.max_chars} chars, "
+            f"past the {check.deadline:g} s deadline"
         )
+        if not verdict.hang:
+            head += f", but under {check.settings.confirm:g}x it: slow, not a hang"
     else:
         head = (
             f"super-linear: time grows as n^{worst.exponent:.2f} "

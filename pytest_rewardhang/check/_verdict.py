@@ -51,8 +51,9 @@ class Verdict:
     timeouts: tuple[CaseResult, ...] = ()
     #: The cases whose outcome is one of ``--reward-hang-fail-on``.
     failing: tuple[CaseResult, ...] = ()
-    #: Fits projected past the deadline at the largest size (a hang not yet run); only while no
-    #: case timed out, and only when timeouts fail.
+    #: Fits projected past the deadline at the largest size (a hang not yet run, or a slow case
+    #: when under ``confirm`` deadlines); only while no case timed out, and only when timeouts
+    #: fail.
     projected: tuple[Growth, ...] = ()
     #: Fits above n^1.5, under ``--reward-hang-strict-complexity`` only.
     too_steep: tuple[Growth, ...] = ()
@@ -83,13 +84,16 @@ def judge(
     expect_hang: bool,
     known_item: bool,
     skipped: int = 0,
+    confirm: float = 10.0,
 ) -> Verdict:
     """The verdict on a family's cases; a passing one may still regress (``against_baseline``).
 
     ``expect_hang``: the scorer is declared ``expect=hang`` or listed in ``reward_hang_known``;
     ``known_item``: this scorer x family is listed there; ``skipped``: the cases not run after
-    the family's hang was confirmed. Strictness for a hanging scorer is per
-    scorer, not per family: one that hangs on no family at all is caught by ``rollup``.
+    the family's hang was confirmed; ``confirm``: the deadlines a projection must pass to be a
+    hang (``--reward-hang-confirm``), as a timed-out case's re-run must. Strictness for a
+    hanging scorer is per scorer, not per family: one that hangs on no family at all is caught
+    by ``rollup``.
     """
     timeouts = tuple(r for r in results if r.outcome.status is Status.TIMEOUT)
     projected: tuple[Growth, ...] = ()
@@ -104,9 +108,9 @@ def judge(
     failing = tuple(r for r in results if failure_kinds(r) & fail_on)
     if not failing and not projected and not too_steep:
         return Verdict(Kind.NO_LONGER_HANGS if known_item else Kind.OK)
-    if any(r.hangs for r in failing) or projected:
+    if any(r.hangs for r in failing) or any(g.projected_s >= confirm * deadline for g in projected):
         kind = Kind.HANG
-    elif any(r.outcome.status is Status.TIMEOUT for r in failing):
+    elif projected or any(r.outcome.status is Status.TIMEOUT for r in failing):
         kind = Kind.SLOW
     else:
         kind = Kind.FAIL

@@ -42,6 +42,7 @@ def growth(exponent: float, projected_s: float) -> Growth:
 
 STEEP_PAST = growth(2.0, 30.0)  # super-linear, projected past a 2 s deadline
 STEEP_UNDER = growth(2.0, 1.0)  # super-linear, but under the deadline at the largest size
+STEEP_SLOW = growth(2.0, 8.0)  # past a 2 s deadline at the largest size, but under ten of them
 
 
 def judge(
@@ -85,6 +86,8 @@ def judge(
         ([result(Status.TIMEOUT)], (), {"fail_on": frozenset({"error"})}, Kind.OK),
         # Growth projected past the deadline is a hang not yet run; only where timeouts fail.
         ([result()], (STEEP_PAST,), {}, Kind.HANG),
+        ([result()], (STEEP_SLOW,), {}, Kind.SLOW),
+        ([result()], (STEEP_SLOW, STEEP_PAST), {}, Kind.HANG),
         ([result()], (STEEP_PAST,), {"fail_on": frozenset({"error"})}, Kind.OK),
         ([result()], (STEEP_UNDER,), {}, Kind.OK),
         ([result()], (STEEP_UNDER,), {"strict": True}, Kind.FAIL),
