@@ -157,6 +157,21 @@ def _own() -> str | None:
     return None
 
 
+def put(path: str, value: bytes) -> bool:
+    """Write ``value`` to a cgroup's file, through a bare descriptor (a Python file object
+    takes twice the system calls: run() makes several of these a call); False if it cannot."""
+    try:  # as open(path, "wb") opens it
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    except OSError:
+        return False
+    try:
+        return os.write(fd, value) == len(value)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def home() -> str:
     """This process's folder of groups, made on first use; "" where cgroups cannot be used."""
     if not _home:
@@ -415,8 +430,8 @@ class Group:
             os.mkdir(path)
             caps = (("descendants", _MAX_DESCENDANTS), ("depth", _MAX_DEPTH)) if capped else ()
             for limit, value in caps:
-                with open(os.path.join(path, f"cgroup.max.{limit}"), "wb") as f:
-                    f.write(value)
+                if not put(os.path.join(path, f"cgroup.max.{limit}"), value):
+                    raise OSError(f"cgroup.max.{limit} could not be set")
             procs = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
             with contextlib.suppress(OSError):
@@ -445,12 +460,7 @@ class Group:
         return found
 
     def _write(self, name: str, value: bytes) -> bool:
-        try:
-            with open(os.path.join(self.path, name), "wb") as f:
-                f.write(value)
-        except OSError:  # gone already
-            return False
-        return True
+        return put(os.path.join(self.path, name), value)  # False: gone already
 
     def _await_frozen(self, timeout: float) -> None:
         """Wait until every member is frozen, or ``timeout`` seconds."""

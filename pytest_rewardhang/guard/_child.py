@@ -63,8 +63,7 @@ def childless() -> bool:  # pragma: no cover - child only
     if _procfs.own_threads() != 1:
         return False
     try:
-        with open("/proc/thread-self/children", "rb") as f:
-            return not f.read().strip()
+        return not _procfs.read_small("/proc/thread-self/children").strip()
     except OSError:
         return False
 

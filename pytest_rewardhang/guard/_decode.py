@@ -341,10 +341,12 @@ def _answer(status: Any, value: Any, error: Any, exception: Any, objects: bool) 
             raised = None
         if not isinstance(raised, BaseException):
             raised = None
-    return Answer(Status(status), value, error, raised, not_started)
+    return Answer(_STATUSES[status], value, error, raised, not_started)
 
 
-_STATUSES = frozenset(s.value for s in Status)
+#: Each status by its value: a dictionary's lookup, where ``Status(value)`` goes through the
+#: enum machinery's Python code at every answer.
+_STATUSES = {s.value: s for s in Status}
 _NOT_STARTED = frozenset(n.value for n in NotStarted)
 
 

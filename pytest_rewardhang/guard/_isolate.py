@@ -109,8 +109,9 @@ class Isolated(_Serve):  # pragma: no cover - worker only
         # The child may have re-limited us, its parent, from outside: put back for the next
         # one, or, where that cannot be, retire once this answer is written.
         leaving = not _inherit.put_back(self.inherited)
-        leaving = not self._confined(dirty) or leaving
-        output, drained = self._output()
+        ready = self._ready()
+        leaving = not self._confined(dirty, ready) or leaving
+        output, drained = self._output(ready)
         used = os.times()
         result = result_frame(
             (None, number),

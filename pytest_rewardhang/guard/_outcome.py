@@ -515,14 +515,29 @@ def common_fields(
 
 def answered(answer: Answer, leaked: int, common: dict[str, Any]) -> Outcome:
     """The :class:`Outcome` of a call whose process answered; ``common`` from
-    :func:`common_fields`."""
-    status, value, error, exception, not_started = answer
-    return Outcome(
-        status,
-        value=value,
-        error=error,
-        exception=exception,
-        not_started=not_started,
-        leaked=leaked,
-        **common,
-    )
+    :func:`common_fields` (and ``confined``, where set).
+
+    Built as :func:`ok_outcome` builds one, its slots stored on the twin class: each
+    ``run()`` and each pool answer that is not a bare float makes one, and the frozen
+    ``__init__`` took longer than the decoding of the answer. Every field is stored, those a
+    call's answer never has at their defaults.
+    """
+    outcome: Any = _new(_Unfrozen)
+    outcome.status, outcome.value, outcome.error, outcome.exception, outcome.not_started = answer
+    outcome.wall_s = common["wall_s"]
+    outcome.cpu_s = common["cpu_s"]
+    outcome.max_rss_mb = common["max_rss_mb"]
+    outcome.stack = None
+    outcome.signal = None
+    outcome.exit_code = None
+    outcome.output = common["output"]
+    outcome.leaked = leaked
+    outcome.budget = common["budget"]
+    outcome.mechanism = common["mechanism"]
+    outcome.containment = common["containment"]
+    outcome.output_dropped = common["output_dropped"]
+    outcome.pool_ended = False
+    outcome.confined = common.get("confined", UNCONFINED)
+    outcome.__class__ = Outcome
+    made: Outcome = outcome
+    return made

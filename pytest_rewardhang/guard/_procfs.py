@@ -91,8 +91,7 @@ def children(pid: int) -> Iterator[int]:
         return
     for tid in tasks:
         try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                data = f.read()
+            data = read_small(f"/proc/{pid}/task/{tid}/children")
         except OSError:
             continue
         for word in data.split():
@@ -112,12 +111,40 @@ def alive(pid: int) -> bool:
     return state(pid)[0]
 
 
+#: What one read of a small ``/proc`` file asks for: a ``stat`` line is well under it.
+_SMALL = 4096
+
+
+def read_small(path: str) -> bytes:
+    """The whole of a small ``/proc`` file, through a bare descriptor: a Python file object
+    takes twice the system calls (and builds the objects around them). Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = b""
+        while chunk := os.read(fd, _SMALL):
+            data += chunk
+        return data
+    finally:
+        os.close(fd)
+
+
+def _read_stat(path: str) -> bytes:
+    """A ``stat`` file in one read: the kernel renders its one line whole at the first read,
+    so a read of more than the line can hold is the whole of it. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, _SMALL)
+    finally:
+        os.close(fd)
+
+
 def stat_fields(pid: int | str) -> list[bytes] | None:
     """The fields of ``/proc/PID/stat`` from the state on; None once the pid is gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        stat = _read_stat(f"/proc/{pid}/stat")
     except OSError:
+        return None
+    if b")" not in stat:
         return None
     # The state follows the parenthesised command name, which may itself hold parentheses.
     return stat[stat.rindex(b")") + 2 :].split()

@@ -41,6 +41,12 @@ _V2 = {"memory": ("memory.max", "memory.events"), "pids": ("pids.max", "")}
 _V1 = {"memory": ("memory.limit_in_bytes", "memory.oom_control"), "pids": ("pids.max", "")}
 #: The v1 groups closed whose members were still exiting: removed at a later call.
 _pending: list[str] = []
+#: Writes a limit's file; False if it cannot.
+_write = _cgroup.put
+#: The v2 folders whose groups were found without a controller's files, and which: the v1
+#: hierarchy has that limit for every later call (a failed attempt costs each call its
+#: system calls and an exception).
+_absent_v2: set[tuple[str, str]] = set()
 #: This process's v1 hierarchies: controller to its folder (once probed; a child's own).
 _v1_homes: dict[str, str | None] = {}
 
@@ -138,13 +144,19 @@ class Quota:
     def _limit(self, controller: str, value: bytes, group: str | None) -> bool:
         limit, counter = _V2[controller]
         if group is not None:
-            enable_below(os.path.dirname(group))
-        if group is not None and _write(os.path.join(group, limit), value):
-            if controller == "memory":
-                # The whole call goes at once: a call whose child is killed is not an answer.
-                _write(os.path.join(group, "memory.oom.group"), b"1")
-                self.counters.append(os.path.join(group, counter))
-            return True
+            folder = os.path.dirname(group)
+            enable_below(folder)
+            if (folder, controller) not in _absent_v2:
+                path = os.path.join(group, limit)
+                if _write(path, value):
+                    if controller == "memory":
+                        # The whole call goes at once: a call whose child is killed is not an
+                        # answer.
+                        _write(os.path.join(group, "memory.oom.group"), b"1")
+                        self.counters.append(os.path.join(group, counter))
+                    return True
+                if not os.path.exists(path):  # the folder does not hand the controller down
+                    _absent_v2.add((folder, controller))
         home = _v1_home(controller)
         if home is None:
             return False
@@ -242,15 +254,6 @@ def _oom_alarm(path: str, counter: str) -> int | None:
         pass
     os.close(alarm)
     return None
-
-
-def _write(path: str, value: bytes) -> bool:
-    try:
-        with open(path, "wb") as f:
-            f.write(value)
-    except OSError:
-        return False
-    return True
 
 
 def _sweep() -> None:

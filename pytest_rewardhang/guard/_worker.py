@@ -366,16 +366,7 @@ class _Serve:  # pragma: no cover - worker only
     ) -> None:
         self.fn = fn
         self.scratch = scratch
-        #: What the worker looks at after each item, in one poll (see :meth:`_confined`): the
-        #: OOM alarm of its (v1) memory group, and the watch on its items' temporary folders.
         self.oom_alarm = -1 if oom_alarm is None else oom_alarm
-        self.confined_poll: select.poll | None = None
-        watch = -1 if scratch is None else scratch.watch
-        if self.oom_alarm >= 0 or watch >= 0:
-            self.confined_poll = select.poll()
-            for fd in (self.oom_alarm, watch):
-                if fd >= 0:
-                    self.confined_poll.register(fd, select.POLLIN)
         #: Where faulthandler writes the stack dump the caller asks for.
         self.stack_w = stack_w
         self.dropped = dropped
@@ -383,10 +374,15 @@ class _Serve:  # pragma: no cover - worker only
         self.result_w = result_w
         self.output_r = output_r
         os.set_blocking(output_r, False)
-        #: Whether the call left output in the pipe: poll() is one system call that no audit
-        #: hook sees (an ioctl is audited).
-        self.output_poll = select.poll()
-        self.output_poll.register(output_r, select.POLLIN)
+        #: What the worker looks at after each item, in one poll (see :meth:`_ready`): whether
+        #: the call left output in the pipe, the OOM alarm of its (v1) memory group, and the
+        #: watch on its items' temporary folders. poll() is one system call that no audit hook
+        #: sees (an ioctl is audited).
+        self.after_poll = select.poll()
+        watch = -1 if scratch is None else scratch.watch
+        for fd in (output_r, self.oom_alarm, watch):
+            if fd >= 0:
+                self.after_poll.register(fd, select.POLLIN)
         self.subreaper = subreaper
         #: What contains this worker (joined already): it kills what an item left outside
         #: the worker's subtree, where it can.
@@ -459,10 +455,6 @@ class _Serve:  # pragma: no cover - worker only
         wall = time.perf_counter() - start
         alone = _thread_count() == self.threads
         leaked = self._leaked(alone)
-        output, dropped = self._output()
-        if self.dropped.count:
-            dropped += self.dropped.count
-            self.dropped.count = 0
         cpu_total = self.cpu_mark = time.process_time()
         # The peak only grows during an item that allocates, which takes time: a quick item
         # cannot have moved it far since the last look.
@@ -476,7 +468,12 @@ class _Serve:  # pragma: no cover - worker only
             leaving = not self.state.clean(wall, alone)
         except Exception:  # noqa: BLE001 - e.g. the item closed the saved cwd's descriptor
             leaving = True
-        leaving = not self._confined(dirty) or leaving
+        ready = self._ready()
+        leaving = not self._confined(dirty, ready) or leaving
+        output, dropped = self._output(ready)
+        if self.dropped.count:
+            dropped += self.dropped.count
+            self.dropped.count = 0
         result = result_frame(
             frame,
             payload,
@@ -500,22 +497,30 @@ class _Serve:  # pragma: no cover - worker only
         if leaving or self.fence[0] == index + 1:
             os._exit(RETIRED)
 
-    def _confined(self, dirty: bool) -> bool:
+    def _ready(self) -> list[tuple[int, int]]:
+        """Once an item has ended and its state is put back: which of :attr:`after_poll`'s
+        descriptors have something, in one system call for all three."""
+        return self.after_poll.poll(0)
+
+    def _confined(self, dirty: bool, ready: list[tuple[int, int]]) -> bool:
         """Once an item has ended, before its answer: an OOM kill in the worker's group ends
         the worker (the caller reports the item over its memory limit, whatever it answered,
         as cgroup v2's ``memory.oom.group`` would have ended it); what it left in its temporary
-        folders is removed. False when they cannot be emptied: the worker retires."""
-        events = self.confined_poll.poll(0) if self.confined_poll is not None else ()
+        folders is removed. False when they cannot be emptied: the worker retires. ``ready``:
+        from :meth:`_ready`."""
         watched = False
-        for fd, _ in events:
+        for fd, _ in ready:
+            if fd == self.output_r:
+                continue
             if fd == self.oom_alarm:
                 os.kill(self.pid, signal.SIGKILL)
             watched = True
         return self.scratch is None or self.scratch.clean(dirty, watched)
 
-    def _output(self) -> tuple[bytes, int]:
-        """What the call printed, and how much of it did not fit; cheap when it printed none."""
-        if not self.output_poll.poll(0):
+    def _output(self, ready: list[tuple[int, int]]) -> tuple[bytes, int]:
+        """What the call printed, and how much of it did not fit; cheap when it printed none.
+        ``ready``: from :meth:`_ready`."""
+        if not ready or all(fd != self.output_r for fd, _ in ready):
             return b"", 0
         # The call may have cleared O_NONBLOCK on it (any of our descriptors is the call's to
         # change): the read would then wait, after a later item, for output never sent.

@@ -164,6 +164,46 @@ def test_the_quick_outcome_is_an_outcome_like_any_other() -> None:
         quick.value = 1.0  # type: ignore[misc]
 
 
+def test_an_answered_outcome_is_an_outcome_like_any_other() -> None:
+    # The same of what run() and the pool build for any other answer (see answered), with
+    # every field the answer and the common fields carry away from its default.
+    import dataclasses
+    import pickle
+
+    from pytest_rewardhang.guard._outcome import (
+        Answer,
+        Confinement,
+        Containment,
+        NotStarted,
+        answered,
+        common_fields,
+    )
+
+    error = ValueError("no")
+    common = common_fields(0.25, 0.125, 2048.0, "printed", 3, 2.0, Containment.CGROUP)
+    common["confined"] = frozenset({Confinement.PRIVATE_TMP})
+    for confined in (True, False):
+        fields = dict(common) if confined else {k: v for k, v in common.items() if k != "confined"}
+        answer = Answer(Status.ERROR, "v", "ValueError: no", error, NotStarted.UNREADABLE)
+        quick = answered(answer, 2, fields)
+        made = Outcome(
+            Status.ERROR,
+            "v",
+            "ValueError: no",
+            error,
+            not_started=NotStarted.UNREADABLE,
+            leaked=2,
+            **fields,
+        )
+        assert type(quick) is Outcome
+        for field in dataclasses.fields(Outcome):
+            assert getattr(quick, field.name) == getattr(made, field.name), field.name
+        assert (quick, repr(quick)) == (made, repr(made))
+        assert pickle.loads(pickle.dumps(quick)).error == made.error
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            quick.value = 1.0  # type: ignore[misc]
+
+
 @pytest.mark.usefixtures("no_leaks")
 def test_printing_more_than_the_pipe_holds_is_not_a_hang(launch: Launch) -> None:
     # Two MiB of prints into a 1 MiB pipe that is read only when the item ends.
