@@ -43,6 +43,8 @@ from typing import Any
 
 import _procs
 
+from pytest_rewardhang.corpus import _growth
+
 REPO = Path(__file__).resolve().parent.parent
 ZOO = REPO / "benchmarks" / "zoo"
 SPEC_FILE = ZOO / "scorers.toml"
@@ -361,8 +363,10 @@ def confirm(python: Path, project: Path, row: Row, settings: dict[str, Any]) -> 
     """Each hang: by the check's growth fit past 10x at the largest size, else replayed.
 
     A replay still running at 10x the deadline confirms it; one that ends in less is projected
-    to the largest size along the fit of its formula. Below the deadline it is a false timeout;
-    over it but projected under 10x, a slow case rather than a hang.
+    to the largest size by the fit of its formula's sizes that finished, the replay's time
+    among them (as the check fits it). Projected past 10x, it is a hang; a replay that ended
+    under the deadline is then a marginal timeout of a real hang. Otherwise a replay under the
+    deadline is a false timeout, and one over it a slow case rather than a hang.
     """
     deadline, max_chars = float(settings["deadline"]), int(settings["max_chars"])
     bound = CONFIRM_FACTOR * deadline
@@ -370,10 +374,9 @@ def confirm(python: Path, project: Path, row: Row, settings: dict[str, Any]) -> 
         if hang.confirmed:
             continue  # decided by an earlier run (``--reuse``)
         fit = _fit_of(row, hang)
-        exponent = float(fit["exponent"]) if fit and fit.get("exponent") is not None else None
         if fit is not None and (fit.get("projected_s") or 0) >= bound:
             hang.real = True
-            hang.confirmed = f"fit n^{exponent:.1f}: {fit['projected_s']:.0f} s at max"
+            hang.confirmed = f"fit n^{fit['exponent']:.1f}: {fit['projected_s']:.0f} s at max"
             continue
         if hang.saved is None:
             hang.real, hang.confirmed = None, "no saved input"
@@ -381,32 +384,40 @@ def confirm(python: Path, project: Path, row: Row, settings: dict[str, Any]) -> 
         took = replay(python, project, hang.saved, bound)
         if took is None:
             hang.real, hang.confirmed = True, f"repro > {bound:g} s"
-        elif isinstance(took, str):
+            continue
+        if isinstance(took, str):
             hang.real, hang.confirmed = None, took
+            continue
+        finished = [(chars, wall) for chars, status, wall in _sizes_of(row, hang) if status == "ok"]
+        grown = _growth.fit(_stem(hang.case), [*finished, (hang.chars, took)], max_chars)
+        shown = f"repro {took:.1f} s"
+        if grown is not None and grown.projected_s >= bound:
+            hang.real = True
+            marginal = " (under the deadline: a marginal timeout)" if took <= deadline else ""
+            hang.confirmed = (
+                f"{shown}{marginal}, n^{grown.exponent:.1f}: {grown.projected_s:.0f} s at max"
+            )
+        elif took <= deadline:  # the check's timeout did not come back: a check bug
+            hang.real = False
+            hang.confirmed = f"FALSE TIMEOUT: {shown}"
+        elif (
+            hang.context == "main" and replay(python, project, hang.saved, bound, "thread") is None
+        ):
+            # Bounded on the main thread by the scorer's own signal alarm, which cannot be
+            # set on the worker threads verl, OpenRLHF, SkyRL and AReaL score on.
+            hang.real = True
+            hang.confirmed = f"{shown} on the main thread (its alarm); off it > {bound:g} s"
         else:
-            projected = took * (max_chars / hang.chars) ** exponent if exponent else None
-            shown = f"repro {took:.1f} s"
-            if took <= deadline:  # the check's timeout did not come back: a check bug
-                hang.real = False
-                hang.confirmed = f"FALSE TIMEOUT: {shown}" + (
-                    f" (n^{exponent:.1f}: {projected:.0f} s at max)" if projected else ""
-                )
-            elif projected is not None and projected >= bound:
-                hang.real = True
-                hang.confirmed = f"{shown}, n^{exponent:.1f}: {projected:.0f} s at max"
-            elif (
-                hang.context == "main"
-                and replay(python, project, hang.saved, bound, "thread") is None
-            ):
-                # Bounded on the main thread by the scorer's own signal alarm, which cannot be
-                # set on the worker threads verl, OpenRLHF, SkyRL and AReaL score on.
-                hang.real = True
-                hang.confirmed = f"{shown} on the main thread (its alarm); off it > {bound:g} s"
-            else:
-                hang.real = None
-                hang.confirmed = f"slow, not 10x: {shown}" + (
-                    f", n^{exponent:.1f}: {projected:.0f} s at max" if projected else ""
-                )
+            hang.real = None
+            projected = (
+                f", n^{grown.exponent:.1f}: {grown.projected_s:.0f} s at max" if grown else ""
+            )
+            hang.confirmed = f"slow, not 10x: {shown}{projected}"
+
+
+def _sizes_of(row: Row, hang: Hang) -> list[tuple[int, str, float]]:
+    """Every case of the hang's formula in its context: ``(chars, status, wall)``."""
+    return row.sizes.get(f"{_stem(hang.case)}|{hang.context}", [])
 
 
 def _fit_of(row: Row, hang: Hang) -> dict[str, Any] | None:
@@ -520,7 +531,7 @@ def hang_details(rows: list[Row], deadline: float) -> str:
                 f"{_size(chars)}: "
                 + (f">{deadline:g} s" if status == "timeout" else f"{wall:.2f} s")
                 + ("" if status in ("ok", "timeout") else f" {status}")
-                for chars, status, wall in sorted(row.sizes.get(key, []))
+                for chars, status, wall in sorted(_sizes_of(row, hang))
             )
             fit = _fit_of(row, hang)
             projected = (
@@ -547,7 +558,8 @@ def totals(rows: list[Row], packages: int, elapsed: float) -> str:
         f"{len(rows)} scorers from {packages} packages; the check called "
         f"{len(callable_)} ({100 * len(callable_) / max(1, len(rows)):.0f}%); "
         f"{sum(bool(r.hangs) for r in rows)} with hangs ({len(hangs)} hanging cases, "
-        f"{sum(h.real is True for h in hangs)} confirmed past {CONFIRM_FACTOR}x, "
+        f"{sum(h.real is True for h in hangs)} confirmed past {CONFIRM_FACTOR}x "
+        f"({sum('marginal' in h.confirmed for h in hangs)} of them marginal timeouts), "
         f"{sum(h.real is None for h in hangs)} slow but not {CONFIRM_FACTOR}x, "
         f"{sum(h.real is False for h in hangs)} false); "
         f"{sum(bool(r.slow) for r in rows)} slow but not hung ({sum(len(r.slow) for r in rows)} "
