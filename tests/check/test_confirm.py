@@ -21,8 +21,8 @@ import time
 
 
 def slow_past(solution_str):
-    # Past a one-second deadline on long responses, but it ends: slow, not hung.
-    if len(solution_str) > 3000:
+    # Past a one-second deadline on long loops of one sentence, but it ends: slow, not hung.
+    if len(solution_str) > 3000 and "recompute" in solution_str:
         time.sleep(1.5)
     return 0.0
 
@@ -67,9 +67,9 @@ def test_a_case_that_ends_under_ten_deadlines_is_slow_not_a_hang(project: pytest
     assert "Traceback" not in result.stdout.str()
     result.stdout.fnmatch_lines(
         [
-            "slow: case repetition-*4096 (4096 chars) ran past the 1 s deadline, but is no hang: "
+            "slow: case repetition-4096 (4096 chars) ran past the 1 s deadline, but is no hang: "
             f"a fresh worker finished it in * s, under {CONFIRM_FACTOR}x the deadline (*",
-            "SLOW case repetition-*4096 (*",
+            "SLOW case repetition-4096 (*",
             "  called on the main thread (context main)",
             f"  a fresh worker finished it in * s, under {CONFIRM_FACTOR}x the deadline (*",
         ]
@@ -77,14 +77,15 @@ def test_a_case_that_ends_under_ten_deadlines_is_slow_not_a_hang(project: pytest
     assert "HANG" not in result.stdout.str()
     result.stdout.re_match_lines([r"scorers\.slow_past +single .* slow +"])
     assert entry["status"] == "slow"
-    timeouts = [case for case in entry["cases"] if case["status"] == "timeout"]
-    assert len(timeouts) == 3  # the 4096 rung of each of the family's three formulas
-    for case in timeouts:
-        assert (case["hang"], case["confirmed"], case["fresh_status"]) == (False, None, "ok")
-        assert 1.0 < case["fresh_wall_s"] < CONFIRM_FACTOR
-    # Past a slow rung, its formula's larger one is not run: it would only be slower.
-    assert entry["skipped"] == 3
-    assert not any(case["chars"] == 8192 for case in entry["cases"])
+    (case,) = (case for case in entry["cases"] if case["status"] == "timeout")
+    assert (case["hang"], case["confirmed"], case["fresh_status"]) == (False, None, "ok")
+    assert 1.0 < case["fresh_wall_s"] < CONFIRM_FACTOR
+    # Past a slow rung, its formula's larger one is not run: it would only be slower. The
+    # family's other formulas go on to the largest size.
+    assert entry["skipped"] == 1
+    ran = {case["id"] for case in entry["cases"]}
+    assert "repetition-8192" not in ran
+    assert {"repetition-answers-8192", "repetition-words-8192"} <= ran
 
 
 def test_a_hang_its_growth_projects_is_confirmed_by_the_fit(project: pytest.Pytester) -> None:
