@@ -7,8 +7,9 @@ when the fresh worker is still running it at ``--reward-hang-confirm`` deadlines
 formula's growth projects that at ``max_chars``; one that ends sooner is slow.
 
 Each scorer is called in one or more contexts (``_calls.ScorerCall``): the first runs every case;
-each further one runs the example and the slowest cases the first context finished, which is
-where a context-dependent guard (an alarm that only works on the main thread) shows.
+each further one runs the example and the slowest cases the first context finished or found
+slow, which is where a context-dependent guard (an alarm that only works on the main thread)
+shows.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from ._scorers import ScorerSpec
 
 #: Importing a scorer (sympy, torch, ...) may take far longer than one call is allowed.
 IMPORT_BUDGET_S = 120.0
-#: Cases of each family run again in each further context: the slowest the first one finished.
+#: Cases of each family run again in each further context: the slowest the first one finished
+#: (or found slow).
 SLOWEST_AGAIN = 2
 #: Families generated per scorer at run time, after the corpus families.
 HARVESTED = "harvested"
@@ -71,6 +73,21 @@ class CaseResult:
     def hangs(self) -> bool:
         """A timeout shown to be a hang, not a slow case (or an expected hang, re-run once)."""
         return self.outcome.status is Status.TIMEOUT and bool(self.confirmed)
+
+    @property
+    def slow(self) -> bool:
+        """A timeout that is no hang: the fresh worker finished it."""
+        return (
+            self.outcome.status is Status.TIMEOUT
+            and not self.confirmed
+            and self.fresh is not None
+            and self.fresh.status is Status.OK
+        )
+
+    @property
+    def took(self) -> float:
+        """The call's wall time; for a slow case, its fresh re-run's."""
+        return self.fresh.wall_s if self.slow and self.fresh is not None else self.outcome.wall_s
 
     @property
     def called(self) -> str:
@@ -207,7 +224,8 @@ class ScorerCheck:
     def _again(
         self, context: str, example: dict[str, Any], first: list[CaseResult]
     ) -> list[CaseResult]:
-        """The example, then the slowest cases the first context finished, in ``context``."""
+        """The example, then the slowest cases the first context finished (or found slow), in
+        ``context``."""
         out = self._again_example.get(context)
         if out is None:
             out = self._call(context, example)
@@ -226,12 +244,15 @@ class ScorerCheck:
             return [self._judge(result, example, context)]
         if any(r.hangs for r in first):
             return []  # the family already hangs on its own: more of it would only cost time
+        # The slow cases too, by the time their fresh re-run took: one a signal alarm bounds on
+        # the main thread (Math-Verify's) may have no bound at all off it.
         finished = [
             r
             for r in first
-            if r.outcome.status is Status.OK and not r.again and r.case.family != "example"
+            if (r.outcome.status is Status.OK or r.slow) and not r.again
+            if r.case.family != "example"
         ]
-        slowest = sorted(finished, key=lambda r: -r.outcome.wall_s)[:SLOWEST_AGAIN]
+        slowest = sorted(finished, key=lambda r: -r.took)[:SLOWEST_AGAIN]
         results = []
         for done in sorted(slowest, key=lambda r: r.chars):
             kwargs = self.kwargs_for(done.case)

@@ -17,6 +17,8 @@ CONFIRM_FACTOR = 10
 pytestmark = pytest.mark.timeout(240)
 
 SCORERS = """\
+import signal
+import threading
 import time
 
 
@@ -35,6 +37,27 @@ def quadratic(solution_str):
     return 0.0
 
 
+def _alarm(signum, frame):
+    raise TimeoutError
+
+
+def alarm_bounded(solution_str):
+    # Math-Verify's way: a signal alarm bounds the work on the main thread; off it none can be
+    # set, and the caller (TRL, verl) passes no timeout there: the same work has no bound.
+    if len(solution_str) > 3000 and "recompute" in solution_str:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGALRM, _alarm)
+            signal.setitimer(signal.ITIMER_REAL, 1.5)
+            try:
+                while True:
+                    pass
+            except TimeoutError:
+                return 0.0
+        while True:
+            pass
+    return 0.0
+
+
 def sleeps(solution_str):
     if "6 * 7" not in solution_str:  # every input but its own example
         time.sleep(3600)
@@ -50,10 +73,10 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 def check(
-    pytester: pytest.Pytester, scorer: str, max_chars: int
+    pytester: pytest.Pytester, scorer: str, max_chars: int, confirm: float | None = None
 ) -> tuple[pytest.RunResult, dict[str, Any]]:
     result = pytester.runpytest_subprocess(
-        *fast(deadline=1, max_chars=max_chars, family="repetition", confirm=None),
+        *fast(deadline=1, max_chars=max_chars, family="repetition", confirm=confirm),
         f"--reward-hang-scorer=scorers.py:{scorer}",
         "--reward-hang-json=r.json",
     )
@@ -86,6 +109,25 @@ def test_a_case_that_ends_under_ten_deadlines_is_slow_not_a_hang(project: pytest
     ran = {case["id"] for case in entry["cases"]}
     assert "repetition-8192" not in ran
     assert {"repetition-answers-8192", "repetition-words-8192"} <= ran
+
+
+def test_a_case_slow_on_the_main_thread_is_run_off_it_where_it_hangs(
+    project: pytest.Pytester,
+) -> None:
+    # Two deadlines to confirm: the alarm's 1.5 s on the main thread is under them.
+    result, entry = check(project, "alarm_bounded", 4096, confirm=2)
+    assert result.ret == 1
+    assert entry["status"] == "hang"
+    timeouts = {case["context"]: case for case in entry["cases"] if case["status"] == "timeout"}
+    assert timeouts["main"]["hang"] is False  # its alarm ended it: slow
+    assert timeouts["thread"]["hang"] is True, timeouts
+    result.stdout.fnmatch_lines(
+        [
+            "HANG case repetition-4096 (*",
+            "  called off the main thread (context thread)",
+            "  hangs: a fresh worker still ran it at 2 s (2x the deadline)",
+        ]
+    )
 
 
 def test_a_hang_its_growth_projects_is_confirmed_by_the_fit(project: pytest.Pytester) -> None:
