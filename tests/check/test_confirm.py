@@ -133,6 +133,7 @@ def test_a_case_slow_on_the_main_thread_is_run_off_it_where_it_hangs(
     )
 
 
+@pytest.mark.slow  # a check run up to 32 KiB of a quadratic scorer: the slow tier
 def test_a_hang_its_growth_projects_is_confirmed_by_the_fit(project: pytest.Pytester) -> None:
     result, entry = check(project, "quadratic", 131072)
     assert result.ret == 1

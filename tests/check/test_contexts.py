@@ -552,6 +552,7 @@ def compute_score(solution_str, ground_truth):
 """
 
 
+@pytest.mark.slow  # a check run whose stalled case is confirmed in a fresh worker: the slow tier
 def test_a_fresh_worker_is_warmed_by_the_example_before_it_confirms_a_hang(
     pytester: pytest.Pytester,
 ) -> None:

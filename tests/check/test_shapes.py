@@ -182,6 +182,7 @@ def test_a_hang_behind_a_ground_truth_of_another_shape_is_found_and_named(
     assert any(case["ground_truth"] == "42" for case in before)
 
 
+@pytest.mark.slow  # a check run that waits out a hang and its confirmation: the slow tier
 def test_a_confirmed_hang_stops_its_family_and_says_how_many_cases_it_skipped(
     shapes: pytest.Pytester,
 ) -> None:
