@@ -130,8 +130,7 @@ class ScorerCheck:
         #: The example's outcome in each further context, and whether its failure was reported.
         self._again_example: dict[str, Outcome] = {}
         self._again_reported: set[str] = set()
-        #: Per family, the cases not run after its hang was confirmed, or past a slow case on
-        #: its formula's ladder (set by run_family).
+        #: Per family, the cases not run after its hang was confirmed (set by run_family).
         self.skipped: dict[str, int] = {}
         #: The running family is expected to hang (``expect=hang``, ``reward_hang_known``): its
         #: timeouts are re-run for one deadline, not taken to ``--reward-hang-confirm``.
@@ -165,10 +164,10 @@ class ScorerCheck:
         """Run the family's cases in order, smallest first, up to the first confirmed hang.
 
         Sizes above a response that already hangs on its own would only hang longer; the
-        smallest hanging input is the useful reproduction. Past a slow case, its formula's
-        larger sizes are skipped too: its growth, this case's time included, already said
-        whether the largest would hang. ``expect_hang``: the family is expected to hang, and
-        its timeouts need no confirming past one deadline.
+        smallest hanging input is the useful reproduction. A slow case does not stop it: the
+        next size may be the hang (a cubic regex is slow at 2 KiB and hung at 4 KiB).
+        ``expect_hang``: the family is expected to hang, and its timeouts need no confirming
+        past one deadline.
         """
         info, example = self._prepare()
         self.skipped[family] = 0
@@ -178,20 +177,14 @@ class ScorerCheck:
         else:
             cases = self.family_cases(family, info, example)
             results = []
-            slow: set[str] = set()
             for index, case in enumerate(cases):
-                if case.formula_id is not None and case.formula_id in slow:
-                    self.skipped[family] += 1
-                    continue
                 kwargs = self.kwargs_for(case)
                 result = CaseResult(case, len(case.text), self._call(self.primary, kwargs))
                 results.append(self._judge(result, kwargs, self.primary, results))
                 if result.hangs:
                     # Confirmed: every further case would only cost a deadline more.
-                    self.skipped[family] += len(cases) - index - 1
+                    self.skipped[family] = len(cases) - index - 1
                     break
-                if result.outcome.status is Status.TIMEOUT and case.formula_id is not None:
-                    slow.add(case.formula_id)
             self._save_found(results)
         for context in self.contexts[1:]:
             results += self._again(context, example, results)
