@@ -117,6 +117,7 @@ def test_a_case_that_ends_under_ten_deadlines_is_slow_not_a_hang(project: pytest
     assert entry["skipped"] == 0
 
 
+@pytest.mark.slow  # a slow size, then a hang and its confirmation: the slow tier
 def test_a_slow_size_does_not_hide_the_hang_at_the_next(project: pytest.Pytester) -> None:
     # A cubic regex's ladder: slow at one size, hung at the next.
     result, entry = check(project, "slow_then_hung", 8192, confirm=2)
@@ -133,6 +134,7 @@ def test_a_slow_size_does_not_hide_the_hang_at_the_next(project: pytest.Pytester
     )
 
 
+@pytest.mark.slow  # a slow case on each thread, then a hang confirmed: the slow tier
 def test_a_case_slow_on_the_main_thread_is_run_off_it_where_it_hangs(
     project: pytest.Pytester,
 ) -> None:
