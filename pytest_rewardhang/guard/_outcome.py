@@ -453,24 +453,63 @@ def ok_outcome(
     same object either way, which a test holds field by field, in equality, hash, repr and
     pickle.
     """
+    return _built(
+        Status.OK,
+        value,
+        None,
+        None,
+        None,
+        wall_s,
+        cpu_s,
+        max_rss_mb,
+        "",
+        0,
+        budget,
+        mechanism,
+        containment,
+        0,
+        confined,
+    )
+
+
+def _built(
+    status: Status,
+    value: Any,
+    error: str | None,
+    exception: BaseException | None,
+    not_started: NotStarted | None,
+    wall_s: float,
+    cpu_s: float,
+    max_rss_mb: float,
+    output: str,
+    leaked: int,
+    budget: float | None,
+    mechanism: Mechanism,
+    containment: Containment,
+    output_dropped: int,
+    confined: frozenset[Confinement],
+) -> Outcome:
+    """An answered call's :class:`Outcome`, its slots filled on the twin class (see
+    :func:`ok_outcome`); the fields no answer has (a stack, a signal, an exit code, the pool's
+    end) at their defaults."""
     outcome: Any = _new(_Unfrozen)
-    outcome.status = Status.OK
+    outcome.status = status
     outcome.value = value
-    outcome.error = None
-    outcome.exception = None
+    outcome.error = error
+    outcome.exception = exception
     outcome.wall_s = wall_s
     outcome.cpu_s = cpu_s
     outcome.max_rss_mb = max_rss_mb
     outcome.stack = None
     outcome.signal = None
     outcome.exit_code = None
-    outcome.output = ""
-    outcome.leaked = 0
+    outcome.output = output
+    outcome.leaked = leaked
     outcome.budget = budget
     outcome.mechanism = mechanism
     outcome.containment = containment
-    outcome.output_dropped = 0
-    outcome.not_started = None
+    outcome.output_dropped = output_dropped
+    outcome.not_started = not_started
     outcome.pool_ended = False
     outcome.confined = confined
     outcome.__class__ = Outcome
@@ -517,27 +556,21 @@ def answered(answer: Answer, leaked: int, common: dict[str, Any]) -> Outcome:
     """The :class:`Outcome` of a call whose process answered; ``common`` from
     :func:`common_fields` (and ``confined``, where set).
 
-    Built as :func:`ok_outcome` builds one, its slots stored on the twin class: each
+    Built as :func:`ok_outcome` builds one (:func:`_built`): each
     ``run()`` and each pool answer that is not a bare float makes one, and the frozen
     ``__init__`` took longer than the decoding of the answer. Every field is stored, those a
     call's answer never has at their defaults.
     """
-    outcome: Any = _new(_Unfrozen)
-    outcome.status, outcome.value, outcome.error, outcome.exception, outcome.not_started = answer
-    outcome.wall_s = common["wall_s"]
-    outcome.cpu_s = common["cpu_s"]
-    outcome.max_rss_mb = common["max_rss_mb"]
-    outcome.stack = None
-    outcome.signal = None
-    outcome.exit_code = None
-    outcome.output = common["output"]
-    outcome.leaked = leaked
-    outcome.budget = common["budget"]
-    outcome.mechanism = common["mechanism"]
-    outcome.containment = common["containment"]
-    outcome.output_dropped = common["output_dropped"]
-    outcome.pool_ended = False
-    outcome.confined = common.get("confined", UNCONFINED)
-    outcome.__class__ = Outcome
-    made: Outcome = outcome
-    return made
+    return _built(
+        *answer,
+        common["wall_s"],
+        common["cpu_s"],
+        common["max_rss_mb"],
+        common["output"],
+        leaked,
+        common["budget"],
+        common["mechanism"],
+        common["containment"],
+        common["output_dropped"],
+        common.get("confined", UNCONFINED),
+    )
