@@ -9,7 +9,9 @@ and family its assertions are about.
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
+from typing import Any
 
 import pytest
 
@@ -127,6 +129,12 @@ def fast(
     if family is not None:
         args.append(f"--reward-hang-family={family}")
     return [*args, "-p", "no:cacheprovider"]
+
+
+def reported(pytester: pytest.Pytester, path: str = "r.json") -> dict[str, dict[str, Any]]:
+    """The JSON report's scorer entries, by id."""
+    report = json.loads((pytester.path / path).read_text())
+    return {entry["id"]: entry for entry in report["scorers"]}
 
 
 def scorer_args(*names: str) -> list[str]:

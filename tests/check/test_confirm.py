@@ -4,12 +4,11 @@ and says so; an expected hang is re-run for one deadline only. Real scorers, rea
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from tests._projects import fast
+from tests._projects import fast, reported
 
 #: The default: a timed-out case is a hang when a fresh worker still runs it at ten deadlines.
 CONFIRM_FACTOR = 10
@@ -86,7 +85,7 @@ def check(
         f"--reward-hang-scorer=scorers.py:{scorer}",
         "--reward-hang-json=r.json",
     )
-    (entry,) = json.loads((pytester.path / "r.json").read_text())["scorers"]
+    (entry,) = reported(pytester).values()
     return result, entry
 
 

@@ -4,12 +4,11 @@ needs a ground truth of another shape, and a family stopped at its confirmed han
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from tests._projects import fast
+from tests._projects import fast, reported
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -107,8 +106,7 @@ def run(
 ) -> tuple[pytest.RunResult, dict[str, dict[str, Any]]]:
     specs = [f"--reward-hang-scorer=shapes.py:{name}" for name in names]
     result = pytester.runpytest_subprocess(*FAST, *specs, "--reward-hang-json=r.json")
-    report = json.loads((pytester.path / "r.json").read_text())
-    return result, {entry["id"]: entry for entry in report["scorers"]}
+    return result, reported(pytester)
 
 
 def test_each_shape_is_called_or_refused_in_one_line(shapes: pytest.Pytester) -> None:
