@@ -3,9 +3,10 @@ a scorer that hangs on every case costs it per family.
 
 Per scorer, the wall time of the whole `pytest --reward-hang-check` process at the defaults
 (2 s deadline, cases up to 128 KiB, every family), and the pytest session's own figure. Then a
-scorer that hangs on every input but its example: per family, its wall time and the deadlines
-spent (a hang, its confirmation in a fresh worker, up to ten deadlines, and the cases skipped
-after it).
+scorer that hangs on every input but its example: per family, what its item did and the
+deadlines it took (a hang, its confirmation in a fresh worker at ten deadlines, the cases
+skipped after it; the first family's item also tries a trivial response, and when that hangs
+too the other families are not run).
 
     .venv/bin/python benchmarks/bench_check_time.py            # the bundled examples, verl's
                                                               # gsm8k and math_dapo (downloaded)
@@ -138,40 +139,51 @@ def run_check(
     wall = time.monotonic() - started
     session = re.search(r" in ([\d.]+)s", done.stdout)  # pytest's own figure: from its start
     data = json.loads(report.read_text()) if report.exists() else {"scorers": []}
-    # Each item's own record (its family's skipped cases among them), from its JUnit property.
-    data["items"] = (
-        [
-            json.loads(prop.get("value", "{}"))
-            for prop in ElementTree.parse(junit).iter("property")  # noqa: S314 - our own report
-            if prop.get("name") == "reward_hang"
-        ]
-        if junit.exists()
-        else []
-    )
+    # Each item's own record (its family's skipped cases among them, its time), from JUnit.
+    tree = ElementTree.parse(junit) if junit.exists() else None  # noqa: S314 - our own report
+    data["items"] = [_item(case) for case in tree.iter("testcase")] if tree is not None else []
     return wall, f"{session.group(1)} s" if session else "?", data
 
 
+def _item(testcase: ElementTree.Element) -> dict[str, Any]:
+    """One check item of a JUnit report: its family, outcome, time, and its own record."""
+    record: dict[str, Any] = next(
+        (
+            json.loads(prop.get("value", "{}"))
+            for prop in testcase.iter("property")
+            if prop.get("name") == "reward_hang"
+        ),
+        {},
+    )
+    outcome = next((child.tag for child in testcase if child.tag in ("failure", "skipped")), "")
+    return {
+        "family": testcase.get("name", "?"),
+        "outcome": {"failure": "failed", "skipped": "not run"}.get(outcome, "passed"),
+        "time": float(testcase.get("time", "0")),
+        "cases": record.get("cases", []),
+        "skipped": record.get("skipped", 0),
+    }
+
+
 def hanging(project: Path, families: list[str], env: dict[str, str]) -> None:
-    """The always-hanging scorer, per family: wall time and deadlines spent."""
+    """The always-hanging scorer, per family: its outcome, cases, and the deadlines it took."""
     deadline = 2.0
     extra = [f"--reward-hang-family={f}" for f in families]
     wall, session, report = run_check(project, "always_hangs.py:compute_score", extra, env)
     entry = report["scorers"][0]
     print()
     print(f"A scorer that hangs on every case ({deadline:g} s deadline):")
-    print("| family | cases run | deadlines spent | cases skipped | wall |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    total = 0.0
-    for item in sorted(report["items"], key=lambda item: item["family"]):
-        cases = item["cases"]
-        # The cases' own time and their confirmations' (a fresh worker, up to ten deadlines).
-        spent = sum(c["wall_s"] + (c.get("fresh_wall_s") or 0.0) for c in cases)
-        total += spent
-        row = [item["family"], len(cases), f"{spent / deadline:.1f}", item["skipped"]]
-        print("| " + " | ".join(map(str, row)) + f" | {spent:.1f} s |")
+    print("| family | item | cases run | deadlines spent | cases skipped | wall |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    items = report["items"]
+    for item in items:
+        # The item's own time: its cases, their confirmations, and the trivial response's.
+        spent = item["time"]
+        row = [item["family"], item["outcome"], len(item["cases"]), f"{spent / deadline:.1f}"]
+        print("| " + " | ".join(map(str, row)) + f" | {item['skipped']} | {spent:.1f} s |")
+    total = sum(item["time"] for item in items)
     print(
-        f"| all {len(report['items'])} families | {len(entry['cases'])} | "
-        f"{total / deadline:.1f} | "
+        f"| all {len(items)} families | - | {len(entry['cases'])} | {total / deadline:.1f} | "
         f"{entry['skipped']} | {wall:.1f} s (pytest session {session}) |"
     )
 

@@ -26,7 +26,7 @@ from typing import Any
 from pytest_rewardhang.corpus import _cases, _format, _found, _growth, _harvest
 from pytest_rewardhang.corpus._cases import Case
 from pytest_rewardhang.corpus._format import Formula
-from pytest_rewardhang.guard import run
+from pytest_rewardhang.guard import PoolError, run
 from pytest_rewardhang.guard._limits import MAX_BUDGET_S
 from pytest_rewardhang.guard._outcome import Outcome, Status
 from pytest_rewardhang.guard._pool import Pool
@@ -43,6 +43,9 @@ IMPORT_BUDGET_S = 120.0
 SLOWEST_AGAIN = 2
 #: Families generated per scorer at run time, after the corpus families.
 HARVESTED = "harvested"
+#: The response a scorer is tried on after a family hangs on its smallest case: one that hangs
+#: on this hangs on anything, and its further families are not run (``hangs_on_anything``).
+TRIVIAL = {"math": "0", "text": "0", "code": "pass\n"}
 SEARCH = "search"
 
 
@@ -125,6 +128,8 @@ class ScorerCheck:
         self._starting: dict[str, Future[Pool]] = {}
         #: Whether the last call in each context's pool ended its worker (see _fresh).
         self._ended: dict[str, bool] = {}
+        #: Per context and budget, the pool of fresh calls (see _confirming).
+        self._confirmers: dict[tuple[str, float], Pool | None] = {}
         #: Where the scorer is called, the first context running every case; set by _prepare.
         self.contexts: tuple[str, ...] = ()
         #: The example's outcome in each further context, and whether its failure was reported.
@@ -135,6 +140,10 @@ class ScorerCheck:
         #: The running family is expected to hang (``expect=hang``, ``reward_hang_known``): its
         #: timeouts are re-run for one deadline, not taken to ``--reward-hang-confirm``.
         self._expected = False
+        #: Once a trivial response hung too: the family whose smallest case showed it, and what
+        #: the scorer's further families are skipped with. Tried once (``_tried_trivial``).
+        self.hangs_on_anything: tuple[str, str] | None = None
+        self._tried_trivial = False
 
     def families(self) -> list[str]:
         found = _cases.families(self.cases)
@@ -149,12 +158,19 @@ class ScorerCheck:
         rungs = len(_harvest_sizes(self.settings.max_chars))
         # Each further context: its example, and the slowest cases, each maybe run twice.
         again = 2 * (1 + 2 * SLOWEST_AGAIN) + math.ceil(self.settings.confirm)
+        again += math.ceil(self.settings.confirm)  # the trivial response (_try_trivial)
         if family == HARVESTED:
             return (_harvest.MAX_UNITS + _harvest.MAX_ATTACKS) * rungs + 2 + again
         if family == SEARCH:
             return self.settings.search + 2 + again
         truths = 2 * len(_cases.TRUTHS) if self.scorer.kind != "code" else 0
         return sum(case.family == family for case in self.cases) + truths + again
+
+    @property
+    def hang_bound(self) -> float:
+        """The seconds a timed-out case's fresh re-run, or its formula's projection, must reach
+        to be a hang: ``--reward-hang-confirm`` deadlines."""
+        return min(self.settings.confirm * self.deadline, MAX_BUDGET_S)
 
     @property
     def primary(self) -> str:
@@ -184,11 +200,30 @@ class ScorerCheck:
                 if result.hangs:
                     # Confirmed: every further case would only cost a deadline more.
                     self.skipped[family] = len(cases) - index - 1
+                    if index == 0 and not self._tried_trivial:
+                        self._try_trivial(family)
                     break
             self._save_found(results)
         for context in self.contexts[1:]:
             results += self._again(context, example, results)
         return results
+
+    def _try_trivial(self, family: str) -> None:
+        """After ``family`` hung on its smallest case: whether the scorer hangs on a trivial
+        response too, confirmed as a case is. One that does hangs whatever it is given, and
+        each further family would only cost its confirmation (ten deadlines) to say so again."""
+        self._tried_trivial = True
+        info, example = self._prepare()
+        text = TRIVIAL[self.scorer.kind]
+        kwargs = _calls.with_case(info, example, self.scorer.kind, text)
+        budget = self.deadline if self._expected else self.hang_bound
+        out = self._fresh(kwargs, self.primary, budget)
+        if out.status is Status.TIMEOUT:
+            self.hangs_on_anything = (
+                family,
+                f"it hangs on a trivial response too ({text!r}: a fresh worker still ran it at "
+                f"{budget:g} s), so its other families are not run",
+            )
 
     def family_cases(
         self, family: str, info: _calls.ScorerInfo, example: dict[str, Any]
@@ -316,7 +351,7 @@ class ScorerCheck:
         pays the ten deadlines only where nothing else tells a hang from a slow case.
         """
         factor = self.settings.confirm
-        bound = min(factor * self.deadline, MAX_BUDGET_S)
+        bound = self.hang_bound
         max_chars = self.settings.max_chars
         formula = result.case.formula_id
         points = _points(r for r in ladder if formula is not None and r.case.formula_id == formula)
@@ -454,8 +489,9 @@ class ScorerCheck:
         for context, future in starting.items():
             if future.exception() is None:  # waits for it: closed below with the others
                 self._pools[context] = future.result()
-        pools, self._pools = self._pools, {}
-        for pool in pools.values():
+        pools = [*self._pools.values(), *filter(None, self._confirmers.values())]
+        self._pools, self._confirmers = {}, {}
+        for pool in pools:
             pool.close()
 
     def _prepare(self) -> tuple[_calls.ScorerInfo, dict[str, Any]]:
@@ -540,18 +576,25 @@ class ScorerCheck:
             threading.Thread(target=start, name="reward-hang-pool-start", daemon=True).start()
             self._starting[context] = future
 
-    def _new_pool(self, context: str, budget: float | None = None) -> Pool:
+    def _new_pool(
+        self,
+        context: str,
+        budget: float | None = None,
+        *,
+        warmup: dict[str, Any] | None = None,
+        isolate: bool = False,
+    ) -> Pool:
         materialize = self._info.materialize if self._info is not None else ()
         call = _calls.ScorerCall(self.spec, str(self.rootdir), context, materialize)
-        # A code scorer runs the program it scores inside the call: each call in a child of
-        # the warm worker, so nothing that program changes reaches a later case's call.
-        isolate = self.scorer.kind == "code"
         return Pool(
             call,
             workers=1,
             budget=budget or self.deadline,
             memory_mb=self.memory_mb,
-            isolate=isolate,
+            warmup=warmup,
+            # A code scorer runs the program it scores inside the call: each call in a child
+            # of the warm worker, so nothing that program changes reaches a later case's call.
+            isolate=isolate or self.scorer.kind == "code",
         )
 
     def _call(self, context: str, kwargs: dict[str, Any]) -> Outcome:
@@ -561,24 +604,47 @@ class ScorerCheck:
         return out
 
     def _fresh(self, kwargs: dict[str, Any], context: str, budget: float | None = None) -> Outcome:
-        """The call again in a worker that has run nothing since the warm zygote forked it but
+        """The call again in a process that has run nothing since the scorer was imported but
         the scorer's own example, before it; ``budget``: in place of the deadline.
 
         The example first: what a scorer does on its first call only (lm-eval's ``drop``
         imports scipy there) is then not charged to the case, which on a loaded machine made a
         case that takes a second confirm as a hang. Not for a code scorer, whose calls each run
         in a child of the worker. After a call that ended the context's worker (the kill at its
-        deadline, a crash), the pool's next worker is just that: no new pool, no new
-        interpreter importing the scorer. After a call its worker outlived (a MemoryError), or
-        for a budget of its own, a new pool's first worker.
+        deadline, a crash), the pool's next worker is just that: no new interpreter importing
+        the scorer. Otherwise, a process of its own from the context's confirming pool
+        (``_confirming``), or a new pool's first worker where there is none.
         """
-        warm = [self._example] if self._example is not None and self.scorer.kind != "code" else []
+        code = self.scorer.kind == "code"
+        warm = [self._example] if self._example is not None and not code else []
         if budget is None and self._ended.get(context):
             out = self._worker(context).map([*warm, kwargs])[-1]
             self._ended[context] = out.status in _ENDS_ITS_WORKER
             return out
+        budget = budget or self.deadline
+        confirming = self._confirming(context, budget)
+        if confirming is not None:
+            return confirming.map([kwargs])[0]
         with self._new_pool(context, budget) as pool:
             return pool.map([*warm, kwargs])[-1]
+
+    def _confirming(self, context: str, budget: float) -> Pool | None:
+        """The context's pool for fresh calls at ``budget``, made once and kept: each call runs
+        in a process of its own, forked from a worker that has imported the scorer and (not for
+        a code scorer) run its example, so it is as fresh as a new pool's first call, without
+        a new interpreter importing the scorer for every confirmation. None where the example
+        cannot warm a zygote (it leaves a thread running there): then a new pool each time."""
+        key = (context, budget)
+        if key not in self._confirmers:
+            warmup = self._example if self.scorer.kind != "code" else None
+            try:
+                pool = self._new_pool(context, budget, warmup=warmup, isolate=True)
+            except PoolError:
+                if warmup is None:
+                    raise
+                pool = None
+            self._confirmers[key] = pool
+        return self._confirmers[key]
 
     def _save(self, result: CaseResult) -> Path | None:
         folder = self.settings.save_dir / self.scorer.id

@@ -88,6 +88,9 @@ class FamilyItem(RewardHangItem):
         return self.check.scorer.expect_hang or self.known_hang
 
     def runtest(self) -> None:
+        anything = self.check.hangs_on_anything
+        if anything is not None and anything[0] != self.family:
+            pytest.skip(f"not run: {self.check.scorer.id}::{anything[0]} failed: {anything[1]}")
         verdict, results = self._judge()
         self.user_properties += _report.item_properties(
             self.check, self.family, results, verdict, self.growth
@@ -122,7 +125,7 @@ class FamilyItem(RewardHangItem):
             expect_hang=self.check.scorer.expect_hang,
             known_item=self.known_hang,
             skipped=self.check.skipped.get(self.family, 0),
-            confirm=self.settings.confirm,
+            hang_bound=self.check.hang_bound,
         )
         # Only a passing family is measured; the search's inputs change from run to run, so
         # there is nothing there to compare.

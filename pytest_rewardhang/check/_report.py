@@ -186,6 +186,8 @@ def item_message(
     ``baseline`` is the file compared with, named in a regression's message.
     """
     scorer = check.scorer
+    anything = check.hangs_on_anything
+    also = f"; {anything[1]}" if anything is not None and anything[0] == family else ""
     if verdict.kind is Kind.OK:
         return ""
     if verdict.kind is Kind.PROBLEM:
@@ -193,7 +195,7 @@ def item_message(
     if verdict.kind is Kind.HANG_CAUGHT:
         timeouts = len(verdict.timeouts)
         count = f"{timeouts} case(s) past the deadline" if timeouts else "projected"
-        return f"hang caught: {count} ({verdict.expected_by}){_skipped(verdict, '; ')}"
+        return f"hang caught: {count} ({verdict.expected_by}){_skipped(verdict, '; ')}{also}"
     if verdict.kind is Kind.NO_LONGER_HANGS:
         return (
             f"no longer hangs: {scorer.id}::{family} is listed in reward_hang_known but none of "
@@ -211,9 +213,10 @@ def item_message(
         )
     if verdict.failing:
         message = failure_message(check, list(verdict.failing))
-        if verdict.skipped:
+        if verdict.skipped or also:
             head, _, rest = message.partition("\n")
-            message = f"{head}\n{_skipped(verdict)}\n{rest}"
+            stopped = _skipped(verdict) or "stopped after the confirmed hang"
+            message = f"{head}\n{stopped}{also}\n{rest}"
     else:
         steep = list(verdict.projected or verdict.too_steep)
         message = growth_message(check, steep, verdict)

@@ -83,15 +83,15 @@ def judge(
     strict_complexity: bool,
     expect_hang: bool,
     known_item: bool,
+    hang_bound: float,
     skipped: int = 0,
-    confirm: float = 10.0,
 ) -> Verdict:
     """The verdict on a family's cases; a passing one may still regress (``against_baseline``).
 
     ``expect_hang``: the scorer is declared ``expect=hang`` or listed in ``reward_hang_known``;
     ``known_item``: this scorer x family is listed there; ``skipped``: the cases not run after
-    the family's hang was confirmed; ``confirm``: the deadlines a projection must pass to be a
-    hang (``--reward-hang-confirm``), as a timed-out case's re-run must. Strictness for a
+    the family's hang was confirmed; ``hang_bound``: the seconds a projection must reach to be a
+    hang (``ScorerCheck.hang_bound``), as a timed-out case's re-run must. Strictness for a
     hanging scorer is per scorer, not per family: one that hangs on no family at all is caught
     by ``rollup``.
     """
@@ -108,7 +108,7 @@ def judge(
     failing = tuple(r for r in results if failure_kinds(r) & fail_on)
     if not failing and not projected and not too_steep:
         return Verdict(Kind.NO_LONGER_HANGS if known_item else Kind.OK)
-    if any(r.hangs for r in failing) or any(g.projected_s >= confirm * deadline for g in projected):
+    if any(r.hangs for r in failing) or any(g.projected_s >= hang_bound for g in projected):
         kind = Kind.HANG
     elif projected or any(r.outcome.status is Status.TIMEOUT for r in failing):
         kind = Kind.SLOW

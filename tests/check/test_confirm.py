@@ -67,6 +67,13 @@ def sleeps(solution_str):
     if "6 * 7" not in solution_str:  # every input but its own example
         time.sleep(3600)
     return 0.0
+
+
+def sleeps_on_long(solution_str):
+    # Every case of every family, but not its example or a short response.
+    if len(solution_str) > 8 and "6 * 7" not in solution_str:
+        time.sleep(3600)
+    return 0.0
 """
 
 
@@ -174,3 +181,44 @@ def test_an_expected_hang_is_confirmed_within_one_deadline(project: pytest.Pytes
     assert case["fresh_status"] == "timeout"
     # Not taken to ten deadlines: that a listed hang still hangs is all the run asks.
     assert case["fresh_wall_s"] < CONFIRM_FACTOR
+
+
+#: Three families, each of whose smallest case the two sleeping scorers hang on.
+THREE_FAMILIES = "repetition,power-tower,deep-braces"
+
+
+def check_families(pytester: pytest.Pytester, scorer: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(
+        *fast(deadline=1, max_chars=4096, family=THREE_FAMILIES, confirm=2),
+        f"--reward-hang-scorer=scorers.py:{scorer}",
+        "-rs",
+    )
+
+
+@pytest.mark.slow  # three deadlines of one confirmed hang and a trivial response: the slow tier
+def test_a_scorer_that_hangs_on_a_trivial_response_is_confirmed_once(
+    project: pytest.Pytester,
+) -> None:
+    # Each further family would only say again, at its own ten deadlines, what the trivial
+    # response says: the scorer hangs whatever it is given.
+    result = check_families(project, "sleeps")
+    result.assert_outcomes(failed=1, skipped=2)
+    result.stdout.fnmatch_lines(
+        [
+            "hangs: case repetition-* ran past the 1 s deadline",
+            "stopped after the confirmed hang: * case(s) skipped; it hangs on a trivial response "
+            "too ('0': a fresh worker still ran it at 2 s), so its other families are not run",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        ["SKIPPED * not run: scorers.sleeps::repetition failed: it hangs on a trivial response*"]
+    )
+
+
+@pytest.mark.slow  # three families' hangs, each confirmed: the slow tier
+def test_a_scorer_that_answers_a_trivial_response_has_every_family_checked(
+    project: pytest.Pytester,
+) -> None:
+    result = check_families(project, "sleeps_on_long")
+    result.assert_outcomes(failed=3)
+    assert "trivial response" not in result.stdout.str()

@@ -58,6 +58,7 @@ def judge(
         results,
         growths,
         deadline=2.0,
+        hang_bound=20.0,  # ten deadlines, as --reward-hang-confirm's default
         fail_on=fail_on,
         strict_complexity=strict,
         expect_hang=expect_hang,
@@ -170,6 +171,7 @@ class FakeCheck:
     rootdir: Path = field(default_factory=Path.cwd)
     style: str | None = "single"
     takes_truth: bool = True
+    hangs_on_anything: tuple[str, str] | None = None
 
 
 VERDICTS = {
