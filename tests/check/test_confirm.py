@@ -19,6 +19,9 @@ SCORERS = """\
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+
+_EXECUTOR = []
 
 
 def slow_past(solution_str):
@@ -60,6 +63,15 @@ def alarm_bounded(solution_str):
 def slow_then_hung(solution_str):
     if "recompute" in solution_str and len(solution_str) > 3000:
         time.sleep(1.5 if len(solution_str) < 5000 else 3600)
+    return 0.0
+
+
+def lazy_executor(solution_str):
+    # Its first call makes an executor whose thread stays: no zygote can be warmed with it.
+    if not _EXECUTOR:
+        _EXECUTOR.append(ThreadPoolExecutor(1))
+    if _EXECUTOR[0].submit(len, solution_str).result() > 3000 and "recompute" in solution_str:
+        time.sleep(3600)
     return 0.0
 
 
@@ -222,3 +234,16 @@ def test_a_scorer_that_answers_a_trivial_response_has_every_family_checked(
     result = check_families(project, "sleeps_on_long")
     result.assert_outcomes(failed=3)
     assert "trivial response" not in result.stdout.str()
+
+
+@pytest.mark.slow  # a hang and its confirmation: the slow tier
+def test_a_scorer_whose_first_call_leaves_a_thread_is_confirmed_all_the_same(
+    project: pytest.Pytester,
+) -> None:
+    # Its fresh re-run cannot come from a zygote its example warmed (the executor's thread
+    # would be forked into every worker): a new pool's first worker runs the example, then it.
+    result, entry = check(project, "lazy_executor", 8192, confirm=2)
+    assert entry["status"] == "hang"
+    (hang,) = (case for case in entry["cases"] if case["hang"])
+    assert hang["chars"] == 4096
+    assert hang["confirmed"] == "a fresh worker still ran it at 2 s (2x the deadline)"
