@@ -17,12 +17,13 @@ then runs ``pytest --reward-hang-check`` at the default settings, one scorer at 
   plain strings, ``format_reward`` with a ``^<think>\\n.*?\\n</think>\\n<answer>...`` regex, and
   ``tag_count_reward``.
 
-The table: scorer, importable, the check's verdict, the hangs it found (case, status, where it
-was stuck in the scorer's own code), false timeouts (a case that timed out once and finished in
-a fresh worker), errors and leaks (cases that left processes running), and the scorer's wall
-time. ``--light-deps`` also installs the small packages some of verl's scorers import first
-(numpy, pylatexenc, mathruler and tqdm, requests; never torch). ``--dry`` prints the plan and the
-commands without installing or running anything.
+The table: scorer, importable, the check's verdict, the hangs it found, then its slow cases
+(past the deadline, finished by a fresh worker under ten deadlines) (case, status, where it was
+stuck in the scorer's own code), false timeouts (a case that timed out once and that a fresh
+worker finished under the deadline), errors and leaks (cases that left processes running), and
+the scorer's wall time. ``--light-deps`` also installs the small packages some of verl's
+scorers import first (numpy, pylatexenc, mathruler and tqdm, requests; never torch). ``--dry``
+prints the plan and the commands without installing or running anything.
 """
 
 from __future__ import annotations
@@ -190,6 +191,8 @@ class Row:
     importable: str = ""
     verdict: str = ""
     hangs: list[str] = field(default_factory=list)
+    #: Cases past the deadline that a fresh worker finished under ten deadlines: slow, not hung.
+    slow: list[str] = field(default_factory=list)
     false_timeouts: int = 0
     errors: int = 0
     leaks: int = 0
@@ -272,6 +275,7 @@ def main() -> int:
     print(
         f"{len(rows)} scorers, {sum(r.importable == 'yes' for r in rows)} importable, "
         f"{sum(bool(r.hangs) for r in rows)} with hangs found, "
+        f"{sum(bool(r.slow) and not r.hangs for r in rows)} only slow, "
         f"{sum(r.false_timeouts for r in rows)} false timeouts; "
         f"{time.monotonic() - started:.0f} s in all"
     )
@@ -359,7 +363,12 @@ def check(python: Path, project: Path, scorer: Scorer, extra: list[str]) -> Row:
     if not report.exists():
         row.importable, row.verdict = "?", f"no report (exit {done.returncode})"
         return row
-    data = json.loads(report.read_text())
+    read_report(row, json.loads(report.read_text()))
+    return row
+
+
+def read_report(row: Row, data: dict[str, Any]) -> None:
+    """The row's verdict, hangs, slow cases and counts, from the check's JSON report."""
     (entry,) = data["scorers"]
     deadline = float(data["settings"]["deadline"])
     row.verdict = entry["status"]
@@ -380,13 +389,12 @@ def check(python: Path, project: Path, scorer: Scorer, extra: list[str]) -> Row:
             continue
         if status in ("timeout", "memory", "crashed"):
             context = f" [{case['context']}]" if case.get("context") else ""
-            status = "slow" if slow else status
-            row.hangs.append(f"{case['id']} {status}{context}{_where(case)}")
+            found = f"{case['id']} {'slow' if slow else status}{context}{_where(case)}"
+            (row.slow if slow else row.hangs).append(found)
         elif case["status"] == "error":
             row.errors += 1
         elif case.get("leaked"):
             row.leaks += 1
-    return row
 
 
 def _where(case: dict[str, Any]) -> str:
@@ -413,14 +421,14 @@ def _short(text: str, width: int = 60) -> str:
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| scorer | importable | verdict | hangs found (case, status, stuck at) | false timeouts "
+        "| scorer | importable | verdict | hangs found, then slow cases (case, status, stuck at) "
+        "| false timeouts "
         "| errors / leaks | cases | wall |",
         "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
-        hangs = "; ".join(row.hangs[:3]) + (
-            f"; +{len(row.hangs) - 3} more" if len(row.hangs) > 3 else ""
-        )
+        found = row.hangs + row.slow
+        hangs = "; ".join(found[:3]) + (f"; +{len(found) - 3} more" if len(found) > 3 else "")
         lines.append(
             f"| {row.scorer.name} | {row.importable} | {row.verdict} | {hangs or '-'} | "
             f"{row.false_timeouts} | {row.errors} / {row.leaks} | {row.cases} | "

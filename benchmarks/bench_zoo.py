@@ -10,13 +10,12 @@ It makes a virtual environment of its own (``WORKDIR/venv``, kept and reused; ``
 their scoring paths import (never torch) and this checkout, then runs ``pytest
 --reward-hang-check`` at the default settings once per registered scorer, with the JSON report.
 
-The check tells a hang (still running at ten deadlines in its fresh worker, or projected past
-that by its growth) from a slow case (past the deadline, ended sooner); the table lists both.
-Every hang it reports is confirmed again outside the check: its saved input is replayed in a
-fresh process (``python -m pytest_rewardhang repro FILE --deadline 10x``) and counts as
-confirmed when it is still running at ten times the deadline, or when the check's growth fit of
-its family projects past ten times the deadline at the largest size. A timeout that replays in
-less is a false timeout, and the table says so.
+The check tells a hang (still running at ten deadlines in its fresh worker) from a slow case
+(past the deadline, ended sooner); the table lists both. Every hang it reports is confirmed
+again outside the check: its saved input is replayed in a fresh process (``python -m
+pytest_rewardhang repro FILE --deadline 10x``) and counts as confirmed when it is still running
+at ten times the deadline. A timeout that replays under the deadline is a false timeout, and the
+table says so.
 
 The table: package and version, scorer, the call style the check chose (from its JSON report,
 else from the signature as the check reads it), verdict, each hang (case, size, where it was
@@ -42,8 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import _procs
-
-from pytest_rewardhang.corpus import _growth
 
 REPO = Path(__file__).resolve().parent.parent
 ZOO = REPO / "benchmarks" / "zoo"
@@ -360,24 +357,19 @@ def call_style(python: Path, project: Path, scorer: Scorer) -> str:
 
 
 def confirm(python: Path, project: Path, row: Row, settings: dict[str, Any]) -> None:
-    """Each hang: by the check's growth fit past 10x at the largest size, else replayed.
+    """Each hang, replayed from its saved input in a fresh process for up to 10x the deadline.
 
-    A replay still running at 10x the deadline confirms it; one that ends in less is projected
-    to the largest size by the fit of its formula's sizes that finished, the replay's time
-    among them (as the check fits it). Projected past 10x, it is a hang; a replay that ended
-    under the deadline is then a marginal timeout of a real hang. Otherwise a replay under the
-    deadline is a false timeout, and one over it a slow case rather than a hang.
+    Still running then, it is a hang; a replay that ends under the deadline makes it a false
+    timeout, and one that ends sooner than 10x a slow case, unless it ran on the main thread
+    and runs past 10x off it (the scorer's own signal alarm bounds it only there). No growth
+    fit confirms anything: a scorer's alarm holds every size at its own bound where the fit of
+    the smaller sizes projects minutes.
     """
-    deadline, max_chars = float(settings["deadline"]), int(settings["max_chars"])
+    deadline = float(settings["deadline"])
     bound = CONFIRM_FACTOR * deadline
     for hang in row.hangs:
         if hang.confirmed:
             continue  # decided by an earlier run (``--reuse``)
-        fit = _fit_of(row, hang)
-        if fit is not None and (fit.get("projected_s") or 0) >= bound:
-            hang.real = True
-            hang.confirmed = f"fit n^{fit['exponent']:.1f}: {fit['projected_s']:.0f} s at max"
-            continue
         if hang.saved is None:
             hang.real, hang.confirmed = None, "no saved input"
             continue
@@ -388,16 +380,8 @@ def confirm(python: Path, project: Path, row: Row, settings: dict[str, Any]) -> 
         if isinstance(took, str):
             hang.real, hang.confirmed = None, took
             continue
-        finished = [(chars, wall) for chars, status, wall in _sizes_of(row, hang) if status == "ok"]
-        grown = _growth.fit(_stem(hang.case), [*finished, (hang.chars, took)], max_chars)
         shown = f"repro {took:.1f} s"
-        if grown is not None and grown.projected_s >= bound:
-            hang.real = True
-            marginal = " (under the deadline: a marginal timeout)" if took <= deadline else ""
-            hang.confirmed = (
-                f"{shown}{marginal}, n^{grown.exponent:.1f}: {grown.projected_s:.0f} s at max"
-            )
-        elif took <= deadline:  # the check's timeout did not come back: a check bug
+        if took <= deadline:  # the check's timeout did not come back: a check bug
             hang.real = False
             hang.confirmed = f"FALSE TIMEOUT: {shown}"
         elif (
@@ -409,10 +393,7 @@ def confirm(python: Path, project: Path, row: Row, settings: dict[str, Any]) -> 
             hang.confirmed = f"{shown} on the main thread (its alarm); off it > {bound:g} s"
         else:
             hang.real = None
-            projected = (
-                f", n^{grown.exponent:.1f}: {grown.projected_s:.0f} s at max" if grown else ""
-            )
-            hang.confirmed = f"slow, not 10x: {shown}{projected}"
+            hang.confirmed = f"slow, not 10x: {shown}"
 
 
 def _sizes_of(row: Row, hang: Hang) -> list[tuple[int, str, float]]:
@@ -558,8 +539,7 @@ def totals(rows: list[Row], packages: int, elapsed: float) -> str:
         f"{len(rows)} scorers from {packages} packages; the check called "
         f"{len(callable_)} ({100 * len(callable_) / max(1, len(rows)):.0f}%); "
         f"{sum(bool(r.hangs) for r in rows)} with hangs ({len(hangs)} hanging cases, "
-        f"{sum(h.real is True for h in hangs)} confirmed past {CONFIRM_FACTOR}x "
-        f"({sum('marginal' in h.confirmed for h in hangs)} of them marginal timeouts), "
+        f"{sum(h.real is True for h in hangs)} confirmed past {CONFIRM_FACTOR}x, "
         f"{sum(h.real is None for h in hangs)} slow but not {CONFIRM_FACTOR}x, "
         f"{sum(h.real is False for h in hangs)} false); "
         f"{sum(bool(r.slow) for r in rows)} slow but not hung ({sum(len(r.slow) for r in rows)} "

@@ -3,8 +3,8 @@
 Cases run one after another in a long-lived worker, as a trainer would call the scorer (some
 libraries slow down as state accumulates); a case that times out, runs out of memory or crashes
 is run again in a fresh worker, to say whether it does so on its own. A timeout is a hang only
-when the fresh worker is still running it at ``--reward-hang-confirm`` deadlines (ten), or its
-formula's growth projects that at ``max_chars``; one that ends sooner is slow.
+when the fresh worker is still running it at ``--reward-hang-confirm`` deadlines (ten); one that
+ends sooner is slow.
 
 Each scorer is called in one or more contexts (``_calls.ScorerCall``): the first runs every case;
 each further one runs the example and the slowest cases the first context finished or found
@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,7 +196,7 @@ class ScorerCheck:
             for index, case in enumerate(cases):
                 kwargs = self.kwargs_for(case)
                 result = CaseResult(case, len(case.text), self._call(self.primary, kwargs))
-                results.append(self._judge(result, kwargs, self.primary, results))
+                results.append(self._judge(result, kwargs, self.primary))
                 if result.hangs:
                     # Confirmed: every further case would only cost a deadline more.
                     self.skipped[family] = len(cases) - index - 1
@@ -286,7 +286,7 @@ class ScorerCheck:
             kwargs = self.kwargs_for(done.case)
             result = CaseResult(done.case, done.chars, self._call(context, kwargs), context=context)
             result.again = True
-            results.append(self._judge(result, kwargs, context, first))
+            results.append(self._judge(result, kwargs, context))
             if result.hangs:
                 break  # the smaller one hangs on its own: the larger would only hang longer
         return results
@@ -314,23 +314,13 @@ class ScorerCheck:
             kwargs = _calls.with_truth(info, kwargs, case.ground_truth)
         return kwargs
 
-    def _judge(
-        self,
-        result: CaseResult,
-        kwargs: dict[str, Any],
-        context: str,
-        ladder: Sequence[CaseResult] = (),
-    ) -> CaseResult:
-        """Confirm a failed case in a fresh worker, and save its input.
-
-        ``ladder``: the family's cases run before it in the first context, whose times on the
-        case's formula say how its time grows.
-        """
+    def _judge(self, result: CaseResult, kwargs: dict[str, Any], context: str) -> CaseResult:
+        """Confirm a failed case in a fresh worker, and save its input."""
         result.kwargs = kwargs
         result.context = context
         status = result.outcome.status
         if status is Status.TIMEOUT:
-            self._confirm(result, ladder)
+            self._confirm(result)
         elif status in _CONFIRMED:
             result.fresh = self._fresh(kwargs, context)
             if result.fresh.status is Status.OK:
@@ -341,44 +331,28 @@ class ScorerCheck:
             result.saved = self._save(result)
         return result
 
-    def _confirm(self, result: CaseResult, ladder: Sequence[CaseResult]) -> None:
-        """Run a timed-out case again in a fresh worker, and say whether it hangs.
+    def _confirm(self, result: CaseResult) -> None:
+        """Run a timed-out case again in a fresh worker, and say whether it hangs: when the fresh
+        worker still runs it at ``--reward-hang-confirm`` deadlines.
 
-        It hangs when the fresh worker still runs it at ``--reward-hang-confirm`` deadlines, or when
-        its formula's growth projects that at ``max_chars``: fitted over the ladder's smaller
-        sizes, and this case's own time when the fresh worker finished it. A hang the smaller
-        sizes already project, or an expected one, is re-run for one deadline only: a family
-        pays the ten deadlines only where nothing else tells a hang from a slow case.
+        A growth projection confirms nothing: a scorer's own bound (Math-Verify's 5 s signal
+        alarm) holds every size of a formula at 5 s where the growth of the sizes below
+        projects minutes at ``max_chars``. A slow case does not stop its ladder, so the larger
+        sizes run on, each shown for itself. An expected hang is re-run for one deadline only.
         """
-        factor = self.settings.confirm
-        bound = self.hang_bound
-        max_chars = self.settings.max_chars
-        formula = result.case.formula_id
-        points = _points(r for r in ladder if formula is not None and r.case.formula_id == formula)
-        before = _growth.fit(formula, points, max_chars) if formula is not None else None
-        projected = before is not None and before.projected_s >= bound
-        short = projected or self._expected
-        fresh = self._fresh(result.kwargs, result.context, None if short else bound)
+        fresh = self._fresh(
+            result.kwargs, result.context, None if self._expected else self.hang_bound
+        )
         result.fresh = fresh
-        if fresh.status is Status.TIMEOUT:
-            if self._expected and not projected:
-                result.confirmed = "a fresh worker timed out too (an expected hang)"
-            elif before is not None and projected:
-                result.confirmed = (
-                    f"a fresh worker timed out too, and the smaller sizes grow as "
-                    f"n^{before.exponent:.2f}: {before.projected_s:.3g} s at {max_chars} chars"
-                )
-            else:
-                result.confirmed = (
-                    f"a fresh worker still ran it at {bound:g} s ({factor:g}x the deadline)"
-                )
-        elif formula is not None and fresh.status is Status.OK and fresh.wall_s > self.deadline:
-            grown = _growth.fit(formula, [*points, (result.chars, _spent(fresh))], max_chars)
-            if grown is not None and grown.projected_s >= bound:
-                result.confirmed = (
-                    f"a fresh worker took {fresh.wall_s:.2f} s, and its time grows as "
-                    f"n^{grown.exponent:.2f}: {grown.projected_s:.3g} s at {max_chars} chars"
-                )
+        if fresh.status is not Status.TIMEOUT:
+            return
+        if self._expected:
+            result.confirmed = "a fresh worker timed out too (an expected hang)"
+        else:
+            result.confirmed = (
+                f"a fresh worker still ran it at {self.hang_bound:g} s "
+                f"({self.settings.confirm:g}x the deadline)"
+            )
 
     def _harvest(self, example: dict[str, Any]) -> list[Case]:
         """Cases from the scorer's own vocabulary, collected once in a throwaway child."""

@@ -125,7 +125,6 @@ class FamilyItem(RewardHangItem):
             expect_hang=self.check.scorer.expect_hang,
             known_item=self.known_hang,
             skipped=self.check.skipped.get(self.family, 0),
-            hang_bound=self.check.hang_bound,
         )
         # Only a passing family is measured; the search's inputs change from run to run, so
         # there is nothing there to compare.

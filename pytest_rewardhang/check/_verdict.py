@@ -27,8 +27,7 @@ class Kind(StrEnum):
     PROBLEM = "problem"  # the scorer cannot be checked at all (import, signature, example)
     HANG = "hang"
     #: Past the deadline, but not a hang: a fresh worker finished it within
-    #: ``--reward-hang-confirm`` deadlines (and its growth does not project that), or only the
-    #: long-lived worker was slow.
+    #: ``--reward-hang-confirm`` deadlines, or only its growth projects it past the deadline.
     SLOW = "slow"
     FAIL = "fail"
     REGRESSED = "regressed"
@@ -51,9 +50,8 @@ class Verdict:
     timeouts: tuple[CaseResult, ...] = ()
     #: The cases whose outcome is one of ``--reward-hang-fail-on``.
     failing: tuple[CaseResult, ...] = ()
-    #: Fits projected past the deadline at the largest size (a hang not yet run, or a slow case
-    #: when under ``confirm`` deadlines); only while no case timed out, and only when timeouts
-    #: fail.
+    #: Fits projected past the deadline at the largest size (slow: no run has shown it); only
+    #: while no case timed out, and only when timeouts fail.
     projected: tuple[Growth, ...] = ()
     #: Fits above n^1.5, under ``--reward-hang-strict-complexity`` only.
     too_steep: tuple[Growth, ...] = ()
@@ -83,15 +81,14 @@ def judge(
     strict_complexity: bool,
     expect_hang: bool,
     known_item: bool,
-    hang_bound: float,
     skipped: int = 0,
 ) -> Verdict:
     """The verdict on a family's cases; a passing one may still regress (``against_baseline``).
 
     ``expect_hang``: the scorer is declared ``expect=hang`` or listed in ``reward_hang_known``;
     ``known_item``: this scorer x family is listed there; ``skipped``: the cases not run after
-    the family's hang was confirmed; ``hang_bound``: the seconds a projection must reach to be a
-    hang (``ScorerCheck.hang_bound``), as a timed-out case's re-run must. Strictness for a
+    the family's hang was confirmed. A growth projection past the deadline is slow, never a
+    hang: only a fresh worker still running a case at ten deadlines shows one. Strictness for a
     hanging scorer is per scorer, not per family: one that hangs on no family at all is caught
     by ``rollup``.
     """
@@ -108,7 +105,7 @@ def judge(
     failing = tuple(r for r in results if failure_kinds(r) & fail_on)
     if not failing and not projected and not too_steep:
         return Verdict(Kind.NO_LONGER_HANGS if known_item else Kind.OK)
-    if any(r.hangs for r in failing) or any(g.projected_s >= hang_bound for g in projected):
+    if any(r.hangs for r in failing):
         kind = Kind.HANG
     elif projected or any(r.outcome.status is Status.TIMEOUT for r in failing):
         kind = Kind.SLOW

@@ -43,6 +43,19 @@ def _alarm(signum, frame):
     raise TimeoutError
 
 
+def quadratic_under_alarm(solution_str):
+    # Math-Verify's way: the quadratic work above, bounded by a signal alarm of 1.5 s.
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, 1.5)
+    try:
+        quadratic(solution_str)
+    except TimeoutError:
+        pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return 0.0
+
+
 def alarm_bounded(solution_str):
     # Math-Verify's way: a signal alarm bounds the work on the main thread; off it none can be
     # set, and the caller (TRL, verl) passes no timeout there: the same work has no bound.
@@ -97,10 +110,15 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 def check(
-    pytester: pytest.Pytester, scorer: str, max_chars: int, confirm: float | None = None
+    pytester: pytest.Pytester,
+    scorer: str,
+    max_chars: int,
+    *extra: str,
+    confirm: float | None = None,
 ) -> tuple[pytest.RunResult, dict[str, Any]]:
     result = pytester.runpytest_subprocess(
         *fast(deadline=1, max_chars=max_chars, family="repetition", confirm=confirm),
+        *extra,
         f"--reward-hang-scorer=scorers.py:{scorer}",
         "--reward-hang-json=r.json",
     )
@@ -172,16 +190,31 @@ def test_a_case_slow_on_the_main_thread_is_run_off_it_where_it_hangs(
     )
 
 
-@pytest.mark.slow  # a check run up to 32 KiB of a quadratic scorer: the slow tier
-def test_a_hang_its_growth_projects_is_confirmed_by_the_fit(project: pytest.Pytester) -> None:
+@pytest.mark.slow  # a check run up to 64 KiB of a quadratic scorer: the slow tier
+def test_a_hang_its_growth_foretells_is_shown_by_a_run(project: pytest.Pytester) -> None:
     result, entry = check(project, "quadratic", 131072)
     assert result.ret == 1
     assert entry["status"] == "hang"
     (hang,) = (case for case in entry["cases"] if case["hang"])
-    # Projected from the smaller sizes (the fresh worker then needs one deadline), or from
-    # the time a fresh worker took on it: either way, the growth said it.
-    assert " as n^" in hang["confirmed"], hang
-    result.stdout.fnmatch_lines(["HANG case repetition-*", "  hangs: a fresh worker *as n^*"])
+    # Still running at ten deadlines, however steep the sizes below it had grown.
+    assert hang["confirmed"] == "a fresh worker still ran it at 10 s (10x the deadline)", hang
+    result.stdout.fnmatch_lines(["HANG case repetition-*", "  hangs: a fresh worker still ran *"])
+
+
+@pytest.mark.slow  # a quadratic scorer's ladder to 128 KiB, its timeouts re-run: the slow tier
+def test_a_growth_the_scorers_own_alarm_bounds_is_slow_not_a_hang(
+    project: pytest.Pytester,
+) -> None:
+    # Math-Verify's way on the main thread: the growth of the small sizes projects minutes at
+    # 128 KiB, and the scorer's alarm ends every size at 1.5 s. A fit confirmed that as a hang.
+    result, entry = check(project, "quadratic_under_alarm", 131072, "--reward-hang-contexts=main")
+    assert entry["status"] == "slow", entry
+    timeouts = [case for case in entry["cases"] if case["status"] == "timeout"]
+    assert max(case["chars"] for case in timeouts) == 131072  # the whole ladder ran
+    for case in timeouts:
+        assert (case["hang"], case["fresh_status"]) == (False, "ok"), case
+        assert 1.0 < case["fresh_wall_s"] < CONFIRM_FACTOR
+    assert "HANG" not in result.stdout.str()
 
 
 def test_an_expected_hang_is_confirmed_within_one_deadline(project: pytest.Pytester) -> None:
@@ -242,7 +275,7 @@ def test_a_scorer_whose_first_call_leaves_a_thread_is_confirmed_all_the_same(
 ) -> None:
     # Its fresh re-run cannot come from a zygote its example warmed (the executor's thread
     # would be forked into every worker): a new pool's first worker runs the example, then it.
-    result, entry = check(project, "lazy_executor", 8192, confirm=2)
+    _, entry = check(project, "lazy_executor", 8192, confirm=2)
     assert entry["status"] == "hang"
     (hang,) = (case for case in entry["cases"] if case["hang"])
     assert hang["chars"] == 4096

@@ -168,7 +168,7 @@ def test_growth_projects_a_quadratic_scorer_past_its_deadline(project: pytest.Py
     result = project.runpytest_subprocess(*args, "--reward-hang-max-chars=131072")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*hangs (projected): time grows as n^*at 131072 chars, past the 2 s deadline*"]
+        ["*slow (projected): time grows as n^*at 131072 chars, past the 2 s deadline*"]
     )
     # Measured up to max_chars and under the deadline: fine, unless complexity is strict.
     result = project.runpytest_subprocess(*args, "--reward-hang-max-chars=8192")
