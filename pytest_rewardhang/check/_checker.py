@@ -168,8 +168,8 @@ class ScorerCheck:
 
     @property
     def hang_bound(self) -> float:
-        """The seconds a timed-out case's fresh re-run, or its formula's projection, must reach
-        to be a hang: ``--reward-hang-confirm`` deadlines."""
+        """The seconds a timed-out case's fresh re-run must still be running at to be a hang:
+        ``--reward-hang-confirm`` deadlines."""
         return min(self.settings.confirm * self.deadline, MAX_BUDGET_S)
 
     @property
