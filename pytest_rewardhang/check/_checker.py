@@ -173,6 +173,12 @@ class ScorerCheck:
         return min(self.settings.confirm * self.deadline, MAX_BUDGET_S)
 
     @property
+    def _confirm_budget(self) -> float | None:
+        """What a timed-out case's fresh re-run is given: the hang bound, or None (the deadline)
+        for a family expected to hang, where that it still hangs is all the run asks."""
+        return None if self._expected else self.hang_bound
+
+    @property
     def primary(self) -> str:
         return self.contexts[0] if self.contexts else "thread"
 
@@ -216,13 +222,12 @@ class ScorerCheck:
         info, example = self._prepare()
         text = TRIVIAL[self.scorer.kind]
         kwargs = _calls.with_case(info, example, self.scorer.kind, text)
-        budget = self.deadline if self._expected else self.hang_bound
-        out = self._fresh(kwargs, self.primary, budget)
+        out = self._fresh(kwargs, self.primary, self._confirm_budget)
         if out.status is Status.TIMEOUT:
             self.hangs_on_anything = (
                 family,
                 f"it hangs on a trivial response too ({text!r}: a fresh worker still ran it at "
-                f"{budget:g} s), so its other families are not run",
+                f"{self._confirm_budget or self.deadline:g} s), so its other families are not run",
             )
 
     def family_cases(
@@ -340,9 +345,7 @@ class ScorerCheck:
         projects minutes at ``max_chars``. A slow case does not stop its ladder, so the larger
         sizes run on, each shown for itself. An expected hang is re-run for one deadline only.
         """
-        fresh = self._fresh(
-            result.kwargs, result.context, None if self._expected else self.hang_bound
-        )
+        fresh = self._fresh(result.kwargs, result.context, self._confirm_budget)
         result.fresh = fresh
         if fresh.status is not Status.TIMEOUT:
             return
