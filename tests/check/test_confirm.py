@@ -210,10 +210,13 @@ def test_a_growth_the_scorers_own_alarm_bounds_is_slow_not_a_hang(
     result, entry = check(project, "quadratic_under_alarm", 131072, "--reward-hang-contexts=main")
     assert entry["status"] == "slow", entry
     timeouts = [case for case in entry["cases"] if case["status"] == "timeout"]
-    assert max(case["chars"] for case in timeouts) == 131072  # the whole ladder ran
+    # On a loaded machine a small size may time out in the long-lived worker and finish in its
+    # fresh one under the deadline: not slow, and no hang either.
+    slow = [case for case in timeouts if case["fresh_wall_s"] > 1.0]
+    assert max(case["chars"] for case in slow) == 131072  # the whole ladder ran, slow at the top
     for case in timeouts:
         assert (case["hang"], case["fresh_status"]) == (False, "ok"), case
-        assert 1.0 < case["fresh_wall_s"] < CONFIRM_FACTOR
+        assert case["fresh_wall_s"] < CONFIRM_FACTOR
     assert "HANG" not in result.stdout.str()
 
 
