@@ -47,6 +47,9 @@ HARVESTED = "harvested"
 #: on this hangs on anything, and its further families are not run (``hangs_on_anything``).
 TRIVIAL = {"math": "0", "text": "0", "code": "pass\n"}
 SEARCH = "search"
+#: A formula's largest size is run as soon as a smaller size is slow; when it took no longer
+#: than this many times as long, a bound of the scorer's own holds the formula (see _ahead).
+FLAT = 1.5
 
 
 @dataclass
@@ -63,7 +66,8 @@ class CaseResult:
     #: the first one ran (not part of growth fits or baselines).
     context: str = "thread"
     again: bool = False
-    #: What the failure line adds: why a context-only failure matters and what to do.
+    #: What the failure line adds: why a context-only failure matters and what to do; on a
+    #: formula's largest size run ahead, which sizes it spared (``ScorerCheck._ahead``).
     note: str = ""
     #: A memory or crash outcome in the long-lived worker that a fresh worker did not confirm:
     #: the call alone stayed within its limits, and ``outcome`` is the fresh one.
@@ -187,7 +191,8 @@ class ScorerCheck:
 
         Sizes above a response that already hangs on its own would only hang longer; the
         smallest hanging input is the useful reproduction. A slow case does not stop it: the
-        next size may be the hang (a cubic regex is slow at 2 KiB and hung at 4 KiB).
+        next size may be the hang (a cubic regex is slow at 2 KiB and hung at 4 KiB), so its
+        formula's largest size runs next (:meth:`_ahead`).
         ``expect_hang``: the family is expected to hang, and its timeouts need no confirming
         past one deadline.
         """
@@ -199,20 +204,69 @@ class ScorerCheck:
         else:
             cases = self.family_cases(family, info, example)
             results = []
+            #: Largest sizes run ahead of their turn, by case id; and the sizes spared by them.
+            ahead: dict[str, CaseResult] = {}
+            spared: set[str] = set()
             for index, case in enumerate(cases):
-                kwargs = self.kwargs_for(case)
-                result = CaseResult(case, len(case.text), self._call(self.primary, kwargs))
-                results.append(self._judge(result, kwargs, self.primary))
+                if case.id in spared:
+                    continue
+                early = ahead.pop(case.id, None)
+                result = early or self._run_case(case)
+                results.append(result)
                 if result.hangs:
-                    # Confirmed: every further case would only cost a deadline more.
-                    self.skipped[family] = len(cases) - index - 1
+                    # Confirmed: every further case would only cost a deadline more. What ran
+                    # ahead of its turn is reported after it.
+                    results += ahead.values()
+                    later = cases[index + 1 :]
+                    self.skipped[family] = sum(
+                        c.id not in spared and c.id not in ahead for c in later
+                    )
                     if index == 0 and not self._tried_trivial:
                         self._try_trivial(family)
                     break
+                if result.slow and early is None:
+                    self._ahead(result, cases[index + 1 :], ahead, spared)
             self._save_found(results)
         for context in self.contexts[1:]:
             results += self._again(context, example, results)
         return results
+
+    def _run_case(self, case: Case) -> CaseResult:
+        """One case in the first context's warm worker, judged (see :meth:`_judge`)."""
+        kwargs = self.kwargs_for(case)
+        result = CaseResult(case, len(case.text), self._call(self.primary, kwargs))
+        return self._judge(result, kwargs, self.primary)
+
+    def _ahead(
+        self,
+        slow: CaseResult,
+        later: list[Case],
+        ahead: dict[str, CaseResult],
+        spared: set[str],
+    ) -> None:
+        """After a slow size of a formula, run its largest size at once (into ``ahead``).
+
+        Where that is slow too, and took no longer than ``slow`` did (:data:`FLAT`), the
+        formula's time has stopped growing: a bound of the scorer's own holds it (Math-Verify's
+        5 s signal alarm holds every size at 5 s on the main thread), and the sizes between
+        are not run (into ``spared``): each would cost a deadline and its re-run to say so
+        again. Where it took longer, hung or ended otherwise, the ladder goes on as it was,
+        so the smallest size that hangs is the one reported; that run is then used in its turn.
+        """
+        formula = slow.case.formula_id
+        same = [case for case in later if formula is not None and case.formula_id == formula]
+        if len(same) < 2:  # the largest is next anyway
+            return
+        largest = same[-1]  # the family's cases run smallest first
+        top = ahead.get(largest.id) or self._run_case(largest)
+        ahead[largest.id] = top
+        if top.slow and top.took <= FLAT * slow.took:
+            spared.update(case.id for case in same[:-1])
+            top.note = (
+                f"{len(same) - 1} size(s) between {slow.chars} and {top.chars} chars not run: "
+                f"it took {top.took:.2f} s at {top.chars}, about as long as at {slow.chars} "
+                f"({slow.took:.2f} s), so a bound of the scorer's own holds it"
+            )
 
     def _try_trivial(self, family: str) -> None:
         """After ``family`` hung on its smallest case: whether the scorer hangs on a trivial

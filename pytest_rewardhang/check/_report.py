@@ -267,6 +267,8 @@ def failure_message(check: ScorerCheck, failing: list[CaseResult]) -> str:
                 if result.hangs
                 else f"  {_not_a_hang(result, check)}"
             )
+            if result.note:
+                lines.append(f"  {result.note}")
             lines += stuck_lines(stuck_of(out, check))
         else:
             lines.append("  " + (result.note or _problem(result)))
