@@ -47,8 +47,8 @@ HARVESTED = "harvested"
 #: on this hangs on anything, and its further families are not run (``hangs_on_anything``).
 TRIVIAL = {"math": "0", "text": "0", "code": "pass\n"}
 SEARCH = "search"
-#: A formula's largest size is run as soon as a smaller size is slow; when it took no longer
-#: than this many times as long, a bound of the scorer's own holds the formula (see _ahead).
+#: A formula's size slow in no more than this many times the time of the size below it sends the
+#: check to its largest size; that slow within this factor again, a bound holds it (_ahead).
 FLAT = 1.5
 
 
@@ -207,12 +207,16 @@ class ScorerCheck:
             #: Largest sizes run ahead of their turn, by case id; and the sizes spared by them.
             ahead: dict[str, CaseResult] = {}
             spared: set[str] = set()
+            #: Each formula's size that ran last, by formula id.
+            last: dict[str | None, CaseResult] = {}
             for index, case in enumerate(cases):
                 if case.id in spared:
                     continue
                 early = ahead.pop(case.id, None)
                 result = early or self._run_case(case)
                 results.append(result)
+                before = last.get(case.formula_id)
+                last[case.formula_id] = result
                 if result.hangs:
                     # Confirmed: every further case would only cost a deadline more. What ran
                     # ahead of its turn is reported after it.
@@ -224,8 +228,8 @@ class ScorerCheck:
                     if index == 0 and not self._tried_trivial:
                         self._try_trivial(family)
                     break
-                if result.slow and early is None:
-                    self._ahead(result, cases[index + 1 :], ahead, spared)
+                if result.slow and early is None and before is not None:
+                    self._ahead(before, result, cases[index + 1 :], ahead, spared)
             self._save_found(results)
         for context in self.contexts[1:]:
             results += self._again(context, example, results)
@@ -239,20 +243,25 @@ class ScorerCheck:
 
     def _ahead(
         self,
+        before: CaseResult,
         slow: CaseResult,
         later: list[Case],
         ahead: dict[str, CaseResult],
         spared: set[str],
     ) -> None:
-        """After a slow size of a formula, run its largest size at once (into ``ahead``).
+        """After a slow size of a formula that took about as long as the size ``before`` it
+        (:data:`FLAT`), run the formula's largest size at once (into ``ahead``).
 
-        Where that is slow too, and took no longer than ``slow`` did (:data:`FLAT`), the
-        formula's time has stopped growing: a bound of the scorer's own holds it (Math-Verify's
-        5 s signal alarm holds every size at 5 s on the main thread), and the sizes between
-        are not run (into ``spared``): each would cost a deadline and its re-run to say so
-        again. Where it took longer, hung or ended otherwise, the ladder goes on as it was,
-        so the smallest size that hangs is the one reported; that run is then used in its turn.
+        Where that is slow too, and took about as long again, the formula's time has stopped
+        growing: a bound of the scorer's own holds it (Math-Verify's 5 s signal alarm holds
+        every size at 5 s on the main thread), and the sizes between are not run (into
+        ``spared``): each would cost a deadline and its re-run to say so again. Where it is
+        quick, longer, hung or failed otherwise, the ladder goes on as it was, so the smallest
+        size that hangs is the one reported; that run is then used in its turn. A formula whose
+        time still grows is not run ahead: its largest size would hang, at ten deadlines.
         """
+        if before.took * FLAT < slow.took:
+            return
         formula = slow.case.formula_id
         same = [case for case in later if formula is not None and case.formula_id == formula]
         if len(same) < 2:  # the largest is next anyway

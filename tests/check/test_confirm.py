@@ -79,12 +79,18 @@ def slow_then_hung(solution_str):
     return 0.0
 
 
-def hangs_under_a_length_guard(solution_str):
-    # Slow at 4 KiB, hung from 8 KiB, but a length guard returns at once past 100 kB: its
-    # largest size, run ahead of its turn, is quick.
-    if "recompute" in solution_str and 3000 < len(solution_str) <= 100_000:
-        time.sleep(1.5 if len(solution_str) < 5000 else 3600)
+def slow_twice_then_hung(solution_str):
+    # As slow at 4 KiB as at 8 KiB, which looks like a bound; hung from 16 KiB.
+    if "recompute" in solution_str and len(solution_str) > 3000:
+        time.sleep(1.5 if len(solution_str) < 10000 else 3600)
     return 0.0
+
+
+def hangs_under_a_length_guard(solution_str):
+    # The same, but a length guard returns at once past 100 kB.
+    if len(solution_str) > 100_000:
+        return 0.0
+    return slow_twice_then_hung(solution_str)
 
 
 def lazy_executor(solution_str):
@@ -203,7 +209,7 @@ def test_a_hang_its_growth_foretells_is_shown_by_a_run(project: pytest.Pytester)
     result, entry = check(project, "quadratic", 131072)
     assert result.ret == 1
     assert entry["status"] == "hang"
-    (hang,) = (case for case in entry["cases"] if case["hang"])
+    hang = next(case for case in entry["cases"] if case["hang"])
     # Still running at ten deadlines, however steep the sizes below it had grown.
     assert hang["confirmed"] == "a fresh worker still ran it at 10 s (10x the deadline)", hang
     result.stdout.fnmatch_lines(["HANG case repetition-*", "  hangs: a fresh worker still ran *"])
@@ -226,41 +232,41 @@ def test_a_growth_the_scorers_own_alarm_bounds_is_slow_not_a_hang(
         assert (case["hang"], case["fresh_status"]) == (False, "ok"), case
         assert case["fresh_wall_s"] < CONFIRM_FACTOR
     assert "HANG" not in result.stdout.str()
-    # Slow at 32 KiB, and as slow at 128 KiB, run next: the alarm holds it, and the size between
-    # (its deadline and its re-run) is not run.
+    # Slow at 32 KiB as at 16 KiB, and as slow at 128 KiB, run next: the alarm holds it, and the
+    # size between (its deadline and its re-run) is not run.
     assert 65536 not in {case["chars"] for case in entry["cases"]}
     result.stdout.fnmatch_lines(
-        ["  1 size(s) between 32768 and 131072 chars not run: it took * s at 131072, *"]
+        ["  * size(s) between * and 131072 chars not run: it took * s at 131072, about as *"]
     )
 
 
-@pytest.mark.slow  # a slow size, the largest, then a hang and its confirmation: the slow tier
+@pytest.mark.slow  # two slow sizes, the largest, then a hang and its confirmation: the slow tier
 def test_a_quick_largest_size_does_not_spare_the_hang_below_it(project: pytest.Pytester) -> None:
-    # The largest size, run as soon as 4 KiB was slow, returns at once (a length guard): the
-    # sizes between still run, and the hang at 8 KiB is found.
+    # The largest size, run once 8 KiB was as slow as 4 KiB, returns at once (a length guard):
+    # the sizes between still run, and the hang at 16 KiB is found.
     result, entry = check(
         project, "hangs_under_a_length_guard", 131072, "--reward-hang-contexts=main", confirm=2
     )
     assert entry["status"] == "hang", entry
-    result.stdout.fnmatch_lines(["hangs: case repetition-8192 (8192 chars) ran past *"])
+    result.stdout.fnmatch_lines(["hangs: case repetition-16384 (16384 chars) ran past *"])
     runs = [case["chars"] for case in entry["cases"] if case["id"].startswith("repetition-")]
     assert runs.count(131072) == 1  # run ahead once, and not again in its turn
-    assert 16384 not in runs  # past the hang
+    assert 32768 not in runs  # past the hang
 
 
-@pytest.mark.slow  # a slow size, the largest hung, then the smaller hang: the slow tier
+@pytest.mark.slow  # two slow sizes, the largest hung, then the smaller hang: the slow tier
 def test_a_hang_at_the_largest_size_is_reported_at_the_smallest(project: pytest.Pytester) -> None:
     # The largest size, run ahead, hangs: the ladder goes on, so the reproduction is the
-    # smallest size that hangs, not the largest (reported after it).
+    # smallest size that hangs, not the largest (listed after it).
     result, entry = check(
-        project, "slow_then_hung", 32768, "--reward-hang-contexts=main", confirm=2
+        project, "slow_twice_then_hung", 65536, "--reward-hang-contexts=main", confirm=2
     )
     assert entry["status"] == "hang", entry
-    result.stdout.fnmatch_lines(["hangs: case repetition-8192 (8192 chars) ran past *"])
+    result.stdout.fnmatch_lines(["hangs: case repetition-16384 (16384 chars) ran past *"])
     hangs = [case["chars"] for case in entry["cases"] if case["hang"]]
-    assert hangs == [8192, 32768], hangs
-    # After the hang: the other two formulas' 8 and 16 KiB and 32 KiB; the first formula's
-    # 16 KiB; not its 32 KiB, which ran.
+    assert hangs == [16384, 65536], hangs
+    # After the hang: the other two formulas' 16 KiB, and 32 and 64 KiB of all three but the
+    # first formula's 64 KiB, which ran.
     assert entry["skipped"] == 7
 
 
