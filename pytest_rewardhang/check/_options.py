@@ -19,7 +19,8 @@ from pytest_rewardhang.guard._limits import MAX_BUDGET_S, MAX_MEMORY_MB
 T = TypeVar("T")
 N = TypeVar("N", int, float)
 
-FAILURE_KINDS = ("timeout", "error", "crashed", "memory", "leak")
+#: What ``--reward-hang-fail-on`` may name: ``timeout`` is both a ``hang`` and a ``slow`` case.
+FAILURE_KINDS = ("timeout", "hang", "slow", "error", "crashed", "memory", "leak")
 #: Where a scorer is called: the guarded worker's main thread, a worker thread, an event loop.
 CONTEXTS = ("main", "thread", "loop")
 #: Call styles a scorer's ``style=`` key may force (``_calls`` reads the signature otherwise).

@@ -94,7 +94,7 @@ def judge(
     """
     timeouts = tuple(r for r in results if r.outcome.status is Status.TIMEOUT)
     projected: tuple[Growth, ...] = ()
-    if not timeouts and "timeout" in fail_on:
+    if not timeouts and fail_on & {"timeout", "slow"}:
         projected = tuple(g for g in growth if g.projects_past(deadline))
     too_steep = tuple(g for g in growth if g.superlinear) if strict_complexity else ()
     if (expect_hang or known_item) and (timeouts or projected):
@@ -158,10 +158,13 @@ def rollup(kinds: Iterable[str], expect_hang: bool) -> Kind:
 
 
 def failure_kinds(result: CaseResult) -> set[str]:
-    """The ``--reward-hang-fail-on`` outcomes one case had (a leak comes on top of its status)."""
+    """The ``--reward-hang-fail-on`` outcomes one case had (a leak comes on top of its status;
+    a timeout is a ``hang`` or, not shown to be one, ``slow``)."""
     kinds = set()
     if result.outcome.status is not Status.OK:
         kinds.add(str(result.outcome.status))
+    if result.outcome.status is Status.TIMEOUT:
+        kinds.add("hang" if result.hangs else "slow")
     if result.outcome.leaked:
         kinds.add("leak")
     return kinds

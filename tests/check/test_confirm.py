@@ -167,6 +167,17 @@ def test_a_case_that_ends_under_ten_deadlines_is_slow_not_a_hang(project: pytest
     assert entry["skipped"] == 0
 
 
+@pytest.mark.slow  # a slow case and its re-run: the slow tier
+def test_a_gate_on_hangs_alone_lets_a_slow_case_pass(project: pytest.Pytester) -> None:
+    # A team whose trainer waits out a slow call, but not a hang, fails on hangs only.
+    result, entry = check(
+        project, "slow_past", 4096, "--reward-hang-fail-on=hang,error,crashed,memory,leak"
+    )
+    assert result.ret == 0, result.stdout.str()
+    assert entry["status"] == "ok"
+    assert any(case["status"] == "timeout" for case in entry["cases"])  # it was slow, though
+
+
 @pytest.mark.slow  # a slow size, then a hang and its confirmation: the slow tier
 def test_a_slow_size_does_not_hide_the_hang_at_the_next(project: pytest.Pytester) -> None:
     # A cubic regex's ladder: slow at one size, hung at the next.

@@ -227,8 +227,8 @@ def test_collect_only_and_marker_selection(project: pytest.Pytester) -> None:
             "ERROR: --reward-hang-memory-mb: expected a number of MiB, 0 for no limit of at most *",
         ),
         (
-            "--reward-hang-fail-on=timeout,slow",
-            "ERROR: --reward-hang-fail-on: unknown outcome slow*",
+            "--reward-hang-fail-on=timeout,slowness",
+            "ERROR: --reward-hang-fail-on: unknown outcome slowness; choose from timeout, hang, *",
         ),
         (
             "--reward-hang-scorer=scorers.py:clean colour=red",

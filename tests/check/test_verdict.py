@@ -84,6 +84,13 @@ def judge(
         # Only the outcomes of --reward-hang-fail-on fail.
         ([result(Status.ERROR)], (), {"fail_on": frozenset({"timeout"})}, Kind.OK),
         ([result(Status.TIMEOUT)], (), {"fail_on": frozenset({"error"})}, Kind.OK),
+        # A timeout is a hang or slow: either may fail alone (a gate on hangs only, say).
+        ([result(Status.TIMEOUT, slow=True)], (), {"fail_on": frozenset({"hang"})}, Kind.OK),
+        ([result(Status.TIMEOUT)], (), {"fail_on": frozenset({"hang"})}, Kind.HANG),
+        ([result(Status.TIMEOUT)], (), {"fail_on": frozenset({"slow"})}, Kind.OK),
+        ([result(Status.TIMEOUT, slow=True)], (), {"fail_on": frozenset({"slow"})}, Kind.SLOW),
+        ([result()], (STEEP_PAST,), {"fail_on": frozenset({"hang"})}, Kind.OK),
+        ([result()], (STEEP_PAST,), {"fail_on": frozenset({"slow"})}, Kind.SLOW),
         # Growth projected past the deadline is slow, however far past: a projection shows no
         # hang (a scorer's own alarm may bound every size). Only where timeouts fail.
         ([result()], (STEEP_PAST,), {}, Kind.SLOW),
