@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _checked import case_kind
+
 REPO = Path(__file__).resolve().parent.parent
 VERL = "verl==0.9.1"
 MATH_VERIFY = "math-verify"
@@ -381,17 +383,15 @@ def read_report(row: Row, data: dict[str, Any]) -> None:
             row.verdict += ": " + _short(problem)
     row.cases = len(entry["cases"])
     for case in entry["cases"]:
-        fresh, status = case.get("fresh_status"), case["status"]
-        hang = case.get("hang", fresh == "timeout")  # reports before the check said it
-        slow = status == "timeout" and not hang and (case.get("fresh_wall_s") or 0) > deadline
-        if status == "timeout" and not hang and not slow:
+        kind = case_kind(case, deadline)
+        if kind == "false":
             row.false_timeouts += 1
-            continue
-        if status in ("timeout", "memory", "crashed"):
+        elif kind in ("hang", "slow", "memory", "crashed"):
             context = f" [{case['context']}]" if case.get("context") else ""
-            found = f"{case['id']} {'slow' if slow else status}{context}{_where(case)}"
-            (row.slow if slow else row.hangs).append(found)
-        elif case["status"] == "error":
+            shown = "slow" if kind == "slow" else case["status"]
+            found = f"{case['id']} {shown}{context}{_where(case)}"
+            (row.slow if kind == "slow" else row.hangs).append(found)
+        elif kind == "error":
             row.errors += 1
         elif case.get("leaked"):
             row.leaks += 1

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import _procs
+from _checked import case_kind
 
 REPO = Path(__file__).resolve().parent.parent
 ZOO = REPO / "benchmarks" / "zoo"
@@ -309,19 +310,18 @@ def read_report(
     row.cases = len(entry["cases"])
     deadline = float(settings["deadline"])
     for case in entry["cases"]:
-        status, fresh = case["status"], case.get("fresh_status")
-        hang = case.get("hang", fresh == "timeout")  # reports before the check said it
+        status, kind = case["status"], case_kind(case, deadline)
         row.sizes.setdefault(f"{_stem(case['id'])}|{case.get('context') or ''}", []).append(
             (case["chars"], status, case["wall_s"])
         )
-        if status == "ok":
+        if kind == "ok":
             row.ok_cases += 1
             row.leaks += bool(case.get("leaked"))
-        elif status == "timeout" and not hang and (case.get("fresh_wall_s") or 0) > deadline:
+        elif kind == "slow":
             row.slow.append(f"{case['id']} [{case.get('context')}] {case['fresh_wall_s']:.1f} s")
-        elif status == "timeout" and not hang:
-            row.false_timeouts.append(f"{case['id']} (fresh worker: {fresh})")
-        elif status in ("timeout", "memory", "crashed"):
+        elif kind == "false":
+            row.false_timeouts.append(f"{case['id']} (fresh worker: {case.get('fresh_status')})")
+        elif kind in ("hang", "memory", "crashed"):
             row.hangs.append(
                 Hang(
                     case["id"],
@@ -333,7 +333,7 @@ def read_report(
                     case.get("saved"),
                 )
             )
-        elif status == "error":
+        elif kind == "error":
             row.errors += 1
     return row
 
