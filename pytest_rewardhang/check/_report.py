@@ -215,7 +215,7 @@ def item_message(
         message = failure_message(check, list(verdict.failing))
         if verdict.skipped or also:
             head, _, rest = message.partition("\n")
-            stopped = _skipped(verdict) or "stopped after the confirmed hang"
+            stopped = _skipped(verdict) or _STOPPED
             message = f"{head}\n{stopped}{also}\n{rest}"
     else:
         steep = list(verdict.projected or verdict.too_steep)
@@ -223,11 +223,15 @@ def item_message(
     return message + growth_lines(growth)
 
 
+#: What a failure says of its family once a hang was confirmed.
+_STOPPED = "stopped after the confirmed hang"
+
+
 def _skipped(verdict: Verdict, lead: str = "") -> str:
     """The line on the cases a confirmed hang spared ("" when none were)."""
     if not verdict.skipped:
         return ""
-    return f"{lead}stopped after the confirmed hang: {verdict.skipped} case(s) skipped"
+    return f"{lead}{_STOPPED}: {verdict.skipped} case(s) skipped"
 
 
 def failure_message(check: ScorerCheck, failing: list[CaseResult]) -> str:
