@@ -191,8 +191,8 @@ class ScorerCheck:
 
         Sizes above a response that already hangs on its own would only hang longer; the
         smallest hanging input is the useful reproduction. A slow case does not stop it: the
-        next size may be the hang (a cubic regex is slow at 2 KiB and hung at 4 KiB), so its
-        formula's largest size runs next (:meth:`_ahead`).
+        next size may be the hang (a cubic regex is slow at 2 KiB and hung at 4 KiB); but once
+        a formula's time stops growing, its largest size runs next (:meth:`_ahead`).
         ``expect_hang``: the family is expected to hang, and its timeouts need no confirming
         past one deadline.
         """
@@ -208,15 +208,17 @@ class ScorerCheck:
             ahead: dict[str, CaseResult] = {}
             spared: set[str] = set()
             #: Each formula's size that ran last, by formula id.
-            last: dict[str | None, CaseResult] = {}
+            last: dict[str, CaseResult] = {}
             for index, case in enumerate(cases):
                 if case.id in spared:
                     continue
                 early = ahead.pop(case.id, None)
                 result = early or self._run_case(case)
                 results.append(result)
-                before = last.get(case.formula_id)
-                last[case.formula_id] = result
+                formula = case.formula_id
+                before = last.get(formula) if formula is not None else None
+                if formula is not None:
+                    last[formula] = result
                 if result.hangs:
                     # Confirmed: every further case would only cost a deadline more. What ran
                     # ahead of its turn is reported after it.
@@ -262,8 +264,7 @@ class ScorerCheck:
         """
         if before.took * FLAT < slow.took:
             return
-        formula = slow.case.formula_id
-        same = [case for case in later if formula is not None and case.formula_id == formula]
+        same = [case for case in later if case.formula_id == slow.case.formula_id]
         if len(same) < 2:  # the largest is next anyway
             return
         largest = same[-1]  # the family's cases run smallest first
