@@ -1,6 +1,7 @@
 """A timeout is a hang only once it is shown to be one: a fresh worker still running it at ten
-deadlines, or its growth projecting that at the largest size. A case that ends sooner is slow,
-and says so; an expected hang is re-run for one deadline only. Real scorers, real check runs."""
+deadlines (no growth projection makes one). A case that ends sooner is slow, and says so; a
+formula a bound holds is not run size by size; an expected hang is re-run for one deadline
+only. Real scorers, real check runs."""
 
 from __future__ import annotations
 
