@@ -207,18 +207,11 @@ class ScorerCheck:
             #: Largest sizes run ahead of their turn, by case id; and the sizes spared by them.
             ahead: dict[str, CaseResult] = {}
             spared: set[str] = set()
-            #: Each formula's size that ran last, by formula id.
-            last: dict[str, CaseResult] = {}
             for index, case in enumerate(cases):
                 if case.id in spared:
                     continue
-                early = ahead.pop(case.id, None)
-                result = early or self._run_case(case)
+                result = ahead.pop(case.id, None) or self._run_case(case)
                 results.append(result)
-                formula = case.formula_id
-                before = last.get(formula) if formula is not None else None
-                if formula is not None:
-                    last[formula] = result
                 if result.hangs:
                     # Confirmed: every further case would only cost a deadline more. What ran
                     # ahead of its turn is reported after it.
@@ -230,8 +223,8 @@ class ScorerCheck:
                     if index == 0 and not self._tried_trivial:
                         self._try_trivial(family)
                     break
-                if result.slow and early is None and before is not None:
-                    self._ahead(before, result, cases[index + 1 :], ahead, spared)
+                if result.slow:
+                    self._ahead(results, cases[index + 1 :], ahead, spared)
             self._save_found(results)
         for context in self.contexts[1:]:
             results += self._again(context, example, results)
@@ -245,14 +238,13 @@ class ScorerCheck:
 
     def _ahead(
         self,
-        before: CaseResult,
-        slow: CaseResult,
+        results: list[CaseResult],
         later: list[Case],
         ahead: dict[str, CaseResult],
         spared: set[str],
     ) -> None:
-        """After a slow size of a formula that took about as long as the size ``before`` it
-        (:data:`FLAT`), run the formula's largest size at once (into ``ahead``).
+        """After a slow size of a formula (the last of ``results``) that took about as long as
+        its size that ran before (:data:`FLAT`), run its largest size at once (into ``ahead``).
 
         Where that is slow too, and took about as long again, the formula's time has stopped
         growing: a bound of the scorer's own holds it (Math-Verify's 5 s signal alarm holds
@@ -262,10 +254,13 @@ class ScorerCheck:
         size that hangs is the one reported; that run is then used in its turn. A formula whose
         time still grows is not run ahead: its largest size would hang, at ten deadlines.
         """
-        if before.took * FLAT < slow.took:
-            return
-        same = [case for case in later if case.formula_id == slow.case.formula_id]
+        slow = results[-1]
+        formula = slow.case.formula_id
+        same = [case for case in later if formula is not None and case.formula_id == formula]
         if len(same) < 2:  # the largest is next anyway
+            return
+        below = [r for r in results[:-1] if r.case.formula_id == formula]
+        if not below or below[-1].took * FLAT < slow.took:
             return
         largest = same[-1]  # the family's cases run smallest first
         top = ahead.get(largest.id) or self._run_case(largest)
