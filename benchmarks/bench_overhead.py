@@ -295,8 +295,9 @@ def system_calls(count: int = 2_000) -> dict[str, float]:
 
 def faults(call: Callable[[int], object], count: int) -> tuple[float, ...]:
     """Per call: minor page faults of the caller and of its (reaped) children, then their CPU
-    µs. After a fork, each page a process writes first is a fault of its own (a copy while the
-    other still shares it): what the Python run around the fork costs beyond its own work."""
+    µs, then the caller's sleeps (voluntary context switches). After a fork, each page a
+    process writes first is a fault of its own (a copy while the other still shares it): what
+    the Python run around the fork costs beyond its own work."""
     before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     for i in range(count):
         call(i)
@@ -304,7 +305,8 @@ def faults(call: Callable[[int], object], count: int) -> tuple[float, ...]:
     pairs = list(zip(before, after, strict=True))
     flt = [(a.ru_minflt - b.ru_minflt) / count for b, a in pairs]
     cpu = [(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime) / count * 1e6 for b, a in pairs]
-    return (*flt, *cpu)
+    sleeps = (after[0].ru_nvcsw - before[0].ru_nvcsw) / count
+    return (*flt, *cpu, sleeps)
 
 
 def run_section(rounds: int, quick: bool, steps: bool) -> float:
@@ -354,8 +356,11 @@ def run_section(rounds: int, quick: bool, steps: bool) -> float:
         for name, took in system_calls().items():
             print(f"| {name} | {took * 1e6:.1f} |")
         print()
-        print("| peer | caller's page faults per call | child's | caller's CPU µs | child's |")
-        print("| --- | ---: | ---: | ---: | ---: |")
+        print(
+            "| peer | caller's page faults per call | child's | caller's CPU µs | child's |"
+            " caller's sleeps |"
+        )
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
         counted: list[tuple[str, Callable[[int], object], Sequence[str]]] = [
             (bare, lambda i: bare_fork(trivial, (i,)), ()),
             ("`guard.run`, containment on", guarded, ()),
@@ -364,8 +369,11 @@ def run_section(rounds: int, quick: bool, steps: bool) -> float:
         for peer, call, out in counted:
             with without(out):
                 found = faults(call, calls * 5)
-            caller, child, caller_cpu, child_cpu = found
-            print(f"| {peer} | {caller:.0f} | {child:.0f} | {caller_cpu:,.0f} | {child_cpu:,.0f} |")
+            caller, child, caller_cpu, child_cpu, sleeps = found
+            print(
+                f"| {peer} | {caller:.0f} | {child:.0f} | {caller_cpu:,.0f} | {child_cpu:,.0f} |"
+                f" {sleeps:.1f} |"
+            )
     print()
     return statistics.median(ratios(times, "`guard.run`, containment on", bare))
 

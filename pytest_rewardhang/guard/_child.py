@@ -143,9 +143,17 @@ def _redirect_stdio(output_w: int) -> None:  # pragma: no cover - child only
     os.dup2(output_w, 2)
     os.close(output_w)
     # The caller's sys.stdout may be an in-memory capture (pytest's): point Python at the fds.
+    # The objects replaced are kept, never finalized here: a finalized file object flushes,
+    # and what theirs hold (the half-written line of a call this guard is nested in) is not
+    # this process's output.
+    _replaced.append((sys.stdin, sys.stdout, sys.stderr))
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
     sys.stdout = open(1, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
+
+
+#: The stdio objects each guarded process replaced (see :func:`_redirect_stdio`).
+_replaced: list[tuple[object, object, object]] = []
 
 
 def limit_memory(memory_mb: float) -> None:  # pragma: no cover - child only

@@ -339,7 +339,8 @@ class _Call:
         """Drain the pipes until the child exits (True) or the deadline passes (False); or
         the OOM killer struck in the call's group (False, :attr:`over_memory`)."""
         poller = select.poll()
-        for read, _ in self.pipes:
+        watched = {read for read, _ in self.pipes}
+        for read in watched:
             poller.register(read, select.POLLIN)
         pidfd = self._pidfd()
         if pidfd is not None:
@@ -364,6 +365,14 @@ class _Call:
                     return False
                 if not self._read(fd, _READS_PER_WAKEUP):
                     poller.unregister(fd)
+                    watched.discard(fd)
+            if watched and frame_complete(self.result):
+                # The call has answered, its output flushed before: what is in the pipes is
+                # read by _drain. Its exit is left to the pidfd, which wakes us once: the three
+                # pipes' hang-ups woke us once each (five sleeps a call, a bare fork's two).
+                for fd in watched:
+                    poller.unregister(fd)
+                watched.clear()
 
     def _buffer(self, fd: int) -> bytearray:
         result, output, _ = (read for read, _ in self.pipes)

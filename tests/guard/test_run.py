@@ -238,6 +238,24 @@ def test_output_is_captured_up_to_a_bound() -> None:
     assert "and its stderr" in out.output
 
 
+def test_a_nested_call_starts_with_empty_stdio_buffers() -> None:
+    """A call that guards a call of its own, with a line of its own half written: the inner
+    call's output is its own, and the half line is the outer call's, once."""
+
+    def inner() -> None:
+        print("inner line")
+
+    def outer() -> str:
+        sys.stdout.write("outer half ")  # line-buffered: still in the buffer at the fork
+        nested = run(inner, budget=BUDGET * 4)
+        print("outer end")
+        return nested.output
+
+    out = timed(outer, budget=BUDGET * 8)
+    assert out.value == "inner line\n"
+    assert out.output == "outer half outer end\n"
+
+
 def test_output_flood_is_discarded_not_buffered() -> None:
     def flood() -> None:
         chunk = b"x" * (1 << 20)
