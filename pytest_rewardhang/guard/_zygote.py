@@ -456,6 +456,10 @@ class _Zygote:  # pragma: no cover - zygote only
         pid = os.fork()
         if pid == 0:
             try:
+                # First: until its death signal is set, a worker whose zygote dies (an item
+                # killed it) is not told; one stopped meanwhile (a tree kill's SIGSTOP) was
+                # left stopped for good, a child of init.
+                subreaper = _libc.become_subreaper(parent)
                 if not (cage.enter() and quota.join()):
                     os._exit(70)  # the caller sees a worker that died at once
                 os.close(self.sock.fileno())
@@ -468,7 +472,6 @@ class _Zygote:  # pragma: no cover - zygote only
                     _cgroup.keep_in_children(quota.alarm)  # its own: see Scratch's use of it
                 _cgroup.close_inherited()
                 os.setsid()
-                subreaper = _libc.become_subreaper(parent)
                 pipes = dict(zip(PIPE_ROLES, fds, strict=True))
                 serving = Isolated if self.isolate else None
                 fn = self.fn if self.load is None else self.load()
