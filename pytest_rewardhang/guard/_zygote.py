@@ -457,8 +457,8 @@ class _Zygote:  # pragma: no cover - zygote only
         if pid == 0:
             try:
                 # First: until its death signal is set, a worker whose zygote dies (an item
-                # killed it) is not told; one stopped meanwhile (a tree kill's SIGSTOP) was
-                # left stopped for good, a child of init.
+                # killed it) is not told, and one stopped meanwhile (a tree kill's SIGSTOP)
+                # would stay stopped for good, a child of init.
                 subreaper = _libc.become_subreaper(parent)
                 if not (cage.enter() and quota.join()):
                     os._exit(70)  # the caller sees a worker that died at once
