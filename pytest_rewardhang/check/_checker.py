@@ -256,11 +256,13 @@ class ScorerCheck:
         """
         slow = results[-1]
         formula = slow.case.formula_id
-        same = [case for case in later if formula is not None and case.formula_id == formula]
+        if formula is None:
+            return
+        same = [case for case in later if case.formula_id == formula]
         if len(same) < 2:  # the largest is next anyway
             return
-        below = [r for r in results[:-1] if r.case.formula_id == formula]
-        if not below or below[-1].took * FLAT < slow.took:
+        below = next((r for r in reversed(results[:-1]) if r.case.formula_id == formula), None)
+        if below is None or below.took * FLAT < slow.took:
             return
         largest = same[-1]  # the family's cases run smallest first
         top = ahead.get(largest.id) or self._run_case(largest)
