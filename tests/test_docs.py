@@ -711,8 +711,9 @@ def _hang_message(where: Path) -> Ran:
     )
     (where / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
     args = ["--reward-hang-check", "--reward-hang-scorer", "scorer.py:compute_score"]
-    # Half a second, not the default two: its confirmation (ten deadlines) is the test's time.
-    args += ["--reward-hang-deadline", "0.5"]
+    # Half a second, not the default two, confirmed at four deadlines, not ten: the
+    # confirmation is the test's time.
+    args += ["--reward-hang-deadline", "0.5", "--reward-hang-confirm", "4"]
     return pytest_in(where, *args, "--reward-hang-family", "digits-line")
 
 
@@ -749,6 +750,7 @@ def _report_and_baseline(where: Path) -> Ran:
         "--reward-hang-scorer=scorers.py:c_hang",
         "--reward-hang-family=repetition",
         "--reward-hang-deadline=1",
+        "--reward-hang-confirm=3",  # a hang confirmed in 3 s, not 10: the page shows its shape
         "--reward-hang-json=report.json",
         "--reward-hang-save-baseline",
     )

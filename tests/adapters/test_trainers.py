@@ -369,10 +369,12 @@ def test_concurrent_calls_use_every_worker(adapter: Callable[[], Callable[[], li
     run = adapter()
     assert run() == [1.0] * CONCURRENT  # starts the pool
     best = SERIAL_S
-    for _ in range(3):  # the best of three: a busy machine may stall one run
+    for _ in range(3):  # up to three tries: a busy machine may stall one run
         start = time.perf_counter()
         assert run() == [1.0] * CONCURRENT
         best = min(best, time.perf_counter() - start)
+        if best < SERIAL_S - 0.1:
+            break
     assert best < SERIAL_S - 0.1, f"{best:.2f} s: the calls were scored one at a time"
 
 
