@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,23 @@ class RewardHangSession:
         if report.when == "call" and report.failed and hang:
             return "failed", "H", ("HANG", {"red": True})
         return None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        # A family skipped for its scorer's sake (it hangs on anything, or cannot be checked)
+        # is listed by -rs at the scorer, as a skip mark's would be: not at the plugin's line
+        # that skipped it. Where the scorer has no line (it does not resolve), at where it was
+        # declared, without a line: -rs prints none then (the type says int; None is handled).
+        skip = report.longrepr
+        skipped = report.skipped and not hasattr(report, "wasxfail")
+        if isinstance(item, FamilyItem) and skipped and isinstance(skip, tuple):
+            path, line, _ = item.reportinfo()
+            line = None if line is None else line + 1
+            report.longrepr = (os.fspath(path), line, skip[2])  # type: ignore[assignment]
+        return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
