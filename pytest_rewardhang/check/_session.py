@@ -15,7 +15,7 @@ from pytest_rewardhang.corpus._format import CorpusError
 
 from . import _baseline, _changed, _known, _scorers, _source
 from ._checker import HARVESTED, IMPORT_BUDGET_S, SEARCH, ScorerCheck
-from ._items import FamilyItem, ScorerNode
+from ._items import FamilyItem, RewardHangItem, ScorerNode
 from ._options import Settings, as_dict
 from ._report import BASELINE_PROPERTY, PROPERTY, VERDICT_PROPERTY, Summary
 from ._scorers import ScorerConfigError, ScorerSpec
@@ -205,16 +205,17 @@ class RewardHangSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
-        self, item: pytest.Item, call: pytest.CallInfo[None]
+        self, item: pytest.Item
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         # A family skipped for its scorer's sake (it hangs on anything, or cannot be checked)
         # is listed by -rs at the scorer, as a skip mark's would be: not at the plugin's line
         # that skipped it. Where the scorer has no line (it does not resolve), at where it was
         # declared, without a line: -rs prints none then (the type says int; None is handled).
+        if not isinstance(item, RewardHangItem) or hasattr(report, "wasxfail"):
+            return report
         skip = report.longrepr
-        skipped = report.skipped and not hasattr(report, "wasxfail")
-        if isinstance(item, FamilyItem) and skipped and isinstance(skip, tuple):
+        if report.skipped and isinstance(skip, tuple):
             path, line, _ = item.reportinfo()
             line = None if line is None else line + 1
             report.longrepr = (os.fspath(path), line, skip[2])  # type: ignore[assignment]
