@@ -30,7 +30,7 @@ pytest_plugins = ["pytester"]
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+def pytest_xdist_auto_num_workers() -> int | None:
     """``-n auto``: three workers for every two cores. The tests wait on deadlines, budgets
     and the pytest runs they start more than they compute: a worker a core left about a third
     of the machine idle (1.3 of 2 cores busy). ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides
