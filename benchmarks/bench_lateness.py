@@ -96,18 +96,23 @@ QUICK = Plan(run_reps=2, pool_maps=2, hangs_per_map=2, stuck_after_s=3.0)
 _PF_EXITING = 0x4
 
 
-def killed(pid: int) -> bool:
+def killed(pid: int) -> bool | None:
     """Killed, not yet dead: SIGKILL sent to ``pid`` but not yet acted on, or acted on and the
-    kernel still tearing the process down (it has taken the signal off its pending set)."""
+    kernel still tearing the process down (it has taken the signal off its pending set). None:
+    gone by now (reaped since it was listed), so running nothing either."""
     bit = 1 << (signal.SIGKILL - 1)
     try:
         with open(f"/proc/{pid}/status") as f:
             fields = dict(line.split(":", 1) for line in f if ":" in line)
         pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+    except FileNotFoundError:
+        return None
     except (OSError, KeyError, ValueError):
         return False
     now = _procs.stat(pid)  # read after the pending set: one taken since is exiting by now
-    return bool(pending & bit) or (now is not None and bool(now.flags & _PF_EXITING))
+    if now is None:
+        return None
+    return bool(pending & bit) or bool(now.flags & _PF_EXITING)
 
 
 def tagged(tag: str) -> tuple[list[Proc], list[Proc]]:
@@ -143,8 +148,11 @@ def _leftovers(tag: str, *, hangs_only: bool) -> dict[str, int]:
         ]
         if hangs_only:
             zombies = [p for p in zombies if p.comm == lateness_scorers.HANG_NAME]
-        dying = sum(killed(p.pid) for p in running)
-        return len(running), dying, len(zombies)
+        # Fifty killed forks are reaped by the dozen between the listing and these reads: a
+        # process gone by now is neither running nor dying.
+        fates = [killed(p.pid) for p in running]
+        left = sum(fate is not None for fate in fates)
+        return left, sum(bool(fate) for fate in fates), len(zombies)
 
     running, dying, zombies = count()
     later = (0, 0, 0)
