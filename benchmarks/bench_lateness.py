@@ -96,23 +96,23 @@ QUICK = Plan(run_reps=2, pool_maps=2, hangs_per_map=2, stuck_after_s=3.0)
 _PF_EXITING = 0x4
 
 
-def killed(pid: int) -> bool | None:
-    """Killed, not yet dead: SIGKILL sent to ``pid`` but not yet acted on, or acted on and the
-    kernel still tearing the process down (it has taken the signal off its pending set). None:
-    gone by now (reaped since it was listed), so running nothing either."""
+def fate(pid: int) -> str:
+    """What became of ``pid``, a hang's process listed alive a moment ago: "killed" (SIGKILL
+    sent but not yet acted on, or acted on and the kernel still tearing the process down: it
+    has taken the signal off its pending set), "gone" (reaped since), or "running"."""
     bit = 1 << (signal.SIGKILL - 1)
     try:
         with open(f"/proc/{pid}/status") as f:
             fields = dict(line.split(":", 1) for line in f if ":" in line)
         pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
     except FileNotFoundError:
-        return None
+        return "gone"
     except (OSError, KeyError, ValueError):
-        return False
+        return "running"
     now = _procs.stat(pid)  # read after the pending set: one taken since is exiting by now
     if now is None:
-        return None
-    return bool(pending & bit) or bool(now.flags & _PF_EXITING)
+        return "gone"
+    return "killed" if pending & bit or now.flags & _PF_EXITING else "running"
 
 
 def tagged(tag: str) -> tuple[list[Proc], list[Proc]]:
@@ -150,9 +150,8 @@ def _leftovers(tag: str, *, hangs_only: bool) -> dict[str, int]:
             zombies = [p for p in zombies if p.comm == lateness_scorers.HANG_NAME]
         # Fifty killed forks are reaped by the dozen between the listing and these reads: a
         # process gone by now is neither running nor dying.
-        fates = [killed(p.pid) for p in running]
-        left = sum(fate is not None for fate in fates)
-        return left, sum(bool(fate) for fate in fates), len(zombies)
+        fates = [fate(p.pid) for p in running]
+        return len(running) - fates.count("gone"), fates.count("killed"), len(zombies)
 
     running, dying, zombies = count()
     later = (0, 0, 0)
@@ -239,7 +238,7 @@ class Measured:
     fast_statuses: dict[str, int] = field(default_factory=dict)
     reps: int = 0
     running: int = 0
-    #: Of the most ``running`` seen: how many were killed, not yet dead (see :func:`killed`).
+    #: Of the most ``running`` seen: how many were killed, not yet dead (see :func:`fate`).
     killed: int = 0
     zombies: int = 0
     running_later: int = 0
