@@ -1,11 +1,12 @@
-"""The fast scorer's `Pool.map` against the serial loop, for two or more checkouts, interleaved.
+"""A scorer's `Pool.map` against the serial loop, for two or more checkouts, interleaved.
 
-Run: .venv/bin/python benchmarks/bench_pool_ab.py OLD_ROOT NEW_ROOT [--rounds 8]
+Run: .venv/bin/python benchmarks/bench_pool_ab.py OLD_ROOT NEW_ROOT [--rounds 8] [--scorer medium]
 
 Each ROOT is a folder holding a `pytest_rewardhang` package, e.g. one made with
 `git archive REV pytest_rewardhang | tar -x -C ROOT`. Each round runs every root once, in a
-fresh process: the best of two serial loops over the `fast` scorer's 10,000 items, then the
-best of two `Pool(workers=2, warmup=...)` maps of them, and prints the ratio. This VM's speed
+fresh process: the best of two serial loops over the scorer's items (`fast`'s 10,000 by
+default, or `medium`'s 1,000), then the best of two `Pool(workers=2, warmup=...)` maps of them,
+and prints the ratio. This VM's speed
 for work on both vCPUs changes from minute to minute, so one full `bench_pool.py` run tells two
 commits apart only by more than that noise; rounds that alternate between them are compared
 under the same conditions. Prints each root's ratios and their median.
@@ -24,18 +25,19 @@ HERE = Path(__file__).resolve().parent
 #: One measurement, in a process of its own that imports the package from ``sys.argv[1]``.
 _ONE = """
 import sys, time
-root, count = sys.argv[1], int(sys.argv[2])
+root, count, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 sys.path[:0] = [root, {here!r}]
 import pool_scorers
 import pytest_rewardhang
 assert pytest_rewardhang.__file__.startswith(root), pytest_rewardhang.__file__
 from pytest_rewardhang.guard import Pool
 items = pool_scorers.fast_items(count)
-spec = {here!r} + "/pool_scorers.py:fast"
+scorer = getattr(pool_scorers, name)
+spec = {here!r} + "/pool_scorers.py:" + name
 def serial():
     start = time.perf_counter()
     for item in items:
-        pool_scorers.fast(*item)
+        scorer(*item)
     return time.perf_counter() - start
 def pooled():
     with Pool(spec, workers=2, budget=0.5, warmup=("warm up, the answer is 1", "1")) as pool:
@@ -50,17 +52,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("roots", nargs="+", type=Path, help="folders holding pytest_rewardhang")
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--items", type=int, default=10_000)
+    parser.add_argument("--scorer", choices=("fast", "medium"), default="fast")
+    parser.add_argument("--items", type=int, help="default 10,000 (fast), 1,000 (medium)")
     args = parser.parse_args()
     for root in args.roots:
         if not (root / "pytest_rewardhang" / "__init__.py").is_file():
             parser.error(f"{root}: no pytest_rewardhang package in it")
     code = _ONE.format(here=str(HERE))
+    items = args.items or (10_000 if args.scorer == "fast" else 1_000)
     ratios: dict[Path, list[float]] = {root: [] for root in args.roots}
     for _ in range(args.rounds):
         for root in args.roots:
             ran = subprocess.run(
-                [sys.executable, "-c", code, str(root.resolve()), str(args.items)],
+                [sys.executable, "-c", code, str(root.resolve()), str(items), args.scorer],
                 capture_output=True,
                 text=True,
                 check=False,

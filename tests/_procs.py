@@ -85,8 +85,10 @@ _SIGKILL_BIT = 1 << (9 - 1)
 def dead_or_dying(pid: int) -> bool:
     """Gone, a zombie, exiting, or with SIGKILL pending: it will never run its own code again."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        # Pending signals before flags, as a kill moves a process through them: a SIGKILL a
+        # thread takes leaves its pending set before its flags say exiting.
         status = Path(f"/proc/{pid}/status").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return True
     fields = stat[stat.rindex(b")") + 2 :].split()

@@ -159,13 +159,27 @@ def own_threads(at_most: int = 0, within: float = 0.0) -> int | None:
     """
     until = time.monotonic() + within
     while True:
-        fields = stat_fields("self")
-        if fields is None:
+        # The task folder's link count is two plus the threads: one stat() where the stat
+        # file's rendering of fifty fields costs five times as much.
+        try:
+            count = os.stat("/proc/self/task").st_nlink - 2
+        except OSError:
             return None
-        count = int(fields[17])
         if count <= at_most or time.monotonic() >= until:
             return count
         time.sleep(0.001)
+
+
+def own_fds() -> int:
+    """How many descriptors this process has open; raises OSError without /proc.
+
+    Linux 6.2 on gives the count as the size of the ``fd`` folder, in one stat() where a
+    listing is three times the cost; before, the size is 0, and the folder is listed.
+    """
+    size = os.stat("/proc/self/fd").st_size
+    if size:
+        return size
+    return len(os.listdir("/proc/self/fd")) - 1  # the listing's own descriptor
 
 
 def stopped(pid: int) -> bool:
@@ -177,21 +191,33 @@ def stopped(pid: int) -> bool:
 def state(pid: int, fields: list[bytes] | None = None) -> tuple[bool, bool]:
     """:func:`alive`, and whether it is the init of a PID namespace below ours: a guard's
     (ours, or a nested guard's), killed with the rest but not counted as left running.
-    ``fields``: its :func:`stat_fields`, where read already."""
-    if fields is None:
-        fields = stat_fields(pid)
-    if fields is None or fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING:
-        return False, False
+    ``fields``: its :func:`stat_fields`, where read already.
+
+    The pending signals are read before the flags, in the order a kill moves a process through
+    them. A SIGKILL sent to the process (``kill``) stays in its shared pending set until it is
+    reaped; one sent to a thread (``tgkill``) leaves the thread's own set as the thread takes
+    it, before the flags say exiting. Flags read first, then the pending sets, miss a process
+    that took such a signal in between.
+    """
+    if fields is not None and _dead(fields):
+        return False, False  # dead stays dead: only "alive" must be read afresh
     try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            status = f.read()
+        status = read_small(f"/proc/{pid}/status")
     except OSError:
         return False, False
     for line in status.splitlines():
         if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & _SIGKILL_MASK:
             return False, False
+    fields = stat_fields(pid)
+    if fields is None or _dead(fields):
+        return False, False
     ids = _nspid_line(status)
     return True, len(ids) > where()[1] + 1 and ids[-1] == 1
+
+
+def _dead(fields: list[bytes]) -> bool:
+    """A zombie, or exiting: it will never run code of its own again."""
+    return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & _PF_EXITING)
 
 
 def walk(root: int) -> Iterator[int]:

@@ -208,13 +208,13 @@ class _State:  # pragma: no cover - worker only
     resource limits, the niceness and CPU affinity, every signal handler Python knows, the
     descriptors, fds 0-2 and the threads the kernel counts. What cannot be put back (a thread
     left running, a hard limit lowered, a niceness raised without the privilege to lower it,
-    more than 32 new descriptors, fd 1 or 2 pointed elsewhere) retires the worker once its
-    answer is written; the items queued behind go to a fresh one. A quick item's signal
-    handler, or C code's change to what the cheap check does not cover, is put back only at
-    the next full check.
+    over 32 descriptors more than at the start, fd 1 or 2 pointed elsewhere) retires the
+    worker once its answer is written; the items queued behind go to a fresh one. A quick
+    item's signal handler, or C code's change to what the cheap check does not cover, is put
+    back only at the next full check.
     """
 
-    def __init__(self, own_fds: list[int]) -> None:
+    def __init__(self) -> None:
         self.cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.cwd_path = _getcwd()
         #: The item changed directory through Python (an audited os.chdir or os.fchdir).
@@ -234,7 +234,7 @@ class _State:  # pragma: no cover - worker only
             for number in [getattr(resource, name)]
         }
         self.handlers = {signum: _getsignal(signum) for signum in signal.valid_signals()}
-        self.fds = {int(fd) for fd in os.listdir("/proc/self/fd")} | set(own_fds)
+        self.fds = _procfs.own_fds()
         self.stdio = [_identity(fd) for fd in (1, 2)]
         self.dirty = False
         self.count = 0
@@ -303,11 +303,10 @@ class _State:  # pragma: no cover - worker only
             if [_identity(fd) for fd in (1, 2)] != self.stdio:
                 return False
             threads = _procfs.own_threads(1, _THREAD_EXIT_S)
-            opened = {int(fd) for fd in os.listdir("/proc/self/fd")}
-        except (OSError, ValueError, IndexError):
+            opened = _procfs.own_fds()
+        except OSError:
             return False
-        # The listing's own descriptor and the stat file's are closed by now.
-        return threads == 1 and len(opened - self.fds) <= _SPARE_FDS + 1
+        return threads == 1 and opened - self.fds <= _SPARE_FDS
 
 
 def _getcwd() -> str | None:  # pragma: no cover - worker only
@@ -409,7 +408,7 @@ class _Serve:  # pragma: no cover - worker only
         #: before it looks for that item's answer: see :meth:`_one`. Read as a native integer
         #: through a view, without a struct call.
         self.fence = memoryview(fence).cast("Q")
-        self.state = _State([task_r, result_w, output_r, self.children_fd])
+        self.state = _State()
 
     def loop(self) -> None:
         while True:

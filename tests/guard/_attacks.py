@@ -375,6 +375,22 @@ def joins_a_thread(seconds: float) -> int:
     return os.getpid()
 
 
+def leaves_descriptors(count: int) -> int:
+    """Leave ``count`` descriptors open (a lazily opened cache, say), and say which worker."""
+    for _ in range(count):
+        os.open(os.devnull, os.O_RDONLY)
+    return os.getpid()
+
+
+def leaves_a_c_thread() -> int:
+    """Leave a thread running that Python never started (a C library's pool, say): ``pause``
+    in a thread of libc's own, which only the kernel's count of threads shows."""
+    libc = ctypes.CDLL(None)
+    thread = ctypes.c_ulong()
+    assert libc.pthread_create(ctypes.byref(thread), None, libc.pause, None) == 0
+    return os.getpid()
+
+
 def exits_with(log: str, i: int, code: int | None) -> int:
     """Log each start, then exit with ``code`` without answering (or return, for None)."""
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)

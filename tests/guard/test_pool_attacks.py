@@ -30,7 +30,9 @@ from tests.guard._attacks import (
     hang_holding_memory,
     joins_a_thread,
     kills_its_zygote_or_not,
+    leaves_a_c_thread,
     leaves_a_thread,
+    leaves_descriptors,
     limits_its_zygote,
     near_deadline,
     orphan_then_crash,
@@ -428,6 +430,28 @@ def test_a_thread_an_item_joined_does_not_retire_its_worker(launch: Launch) -> N
         outs = pool.map([(0.002,)] * 30)
     assert all(out.ok for out in outs), [out.describe() for out in outs if not out.ok]
     assert len({out.value for out in outs}) <= 2, "a worker retired"
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_worker_retires_once_items_leave_over_32_descriptors_open(launch: Launch) -> None:
+    # Eight a time: four items leave 32 open, which a worker keeps (a scorer's lazily opened
+    # cache is no leak); the fifth takes it past, and the worker retires after its answer.
+    with launch.pool(leaves_descriptors, workers=1, budget=5.0) as pool:
+        outs = pool.map([(8,)] * 6)
+    assert all(out.ok for out in outs), [out.describe() for out in outs if not out.ok]
+    pids = [out.value for out in outs]
+    assert len(set(pids[:5])) == 1, f"retired before 32 descriptors were left: {pids}"
+    assert pids[5] != pids[4], f"kept past 32 descriptors left open: {pids}"
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_thread_of_a_c_library_left_running_retires_its_worker(launch: Launch) -> None:
+    # Python's count of its threads does not see it; the kernel's does.
+    with launch.pool(leaves_a_c_thread, workers=1, budget=5.0) as pool:
+        first, second = pool.map([(), ()])
+    assert first.ok, first.describe()
+    assert second.ok, second.describe()
+    assert first.value != second.value, "the worker kept a thread running into the next item"
 
 
 @pytest.mark.usefixtures("no_leaks")
