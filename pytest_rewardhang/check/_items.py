@@ -45,8 +45,13 @@ class RewardHangItem(pytest.Item):
     def reportinfo(self) -> tuple[Path | str, int | None, str]:
         path, line = self.source
         # Not a suffix of the node id, which pytest would rewrite dots-to-colons in.
-        headline = f"{self.nodeid} ({self.check.scorer.spec})"
-        return (path or self.check.scorer.declared_in), (line - 1 if line else None), headline
+        scorer = self.check.scorer
+        headline = f"{self.nodeid} ({scorer.spec})"
+        if path is not None:
+            return path, (line - 1 if line else None), headline
+        # It does not import: where it was declared, which JUnit's skip text names with a line.
+        where, at = scorer.declared_at or (scorer.declared_in, None)
+        return where, (at - 1 if at else None), headline
 
     def repr_failure(
         self,

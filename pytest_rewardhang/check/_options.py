@@ -5,7 +5,9 @@ Precedence: per-scorer key > command line > ini > default.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,7 +52,8 @@ class Settings:
     seed: int
     json_path: Path | None
     fail_on: frozenset[str]
-    scorer_lines: tuple[tuple[str, str], ...]  # (line, where it was declared)
+    #: (line, where it was declared, the file and line or the option and place of that).
+    scorer_lines: tuple[tuple[str, str, tuple[str, int]], ...]
     save_dir: Path
     #: Extra corpus directories, after the bundled ones: their families shadow ours.
     corpora: tuple[Path, ...] = ()
@@ -304,6 +307,30 @@ def _add_ci_options(group: pytest.OptionGroup, parser: pytest.Parser) -> None:
     )
 
 
+def _scorer_lines(config: pytest.Config) -> list[tuple[str, str, tuple[str, int]]]:
+    """Each scorer line, where it was declared, and at what file and line (found in the config
+    file, in order) or, for a value given on the command line, which of the option's values."""
+    ini, flag = "reward_hang_scorers (ini)", "--reward-hang-scorer"
+    text: list[str] = []
+    name = ""
+    if config.inipath is not None:
+        name = os.path.relpath(config.inipath, config.rootpath)
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            text = config.inipath.read_text(encoding="utf-8").splitlines()
+    lines = []
+    after = 0  # the same line twice is found twice, each where it is
+    for place, line in enumerate(config.getini("reward_hang_scorers"), 1):
+        found = next((n for n in range(after, len(text)) if line in text[n]), None)
+        if name and found is not None:
+            after = found + 1
+            lines.append((line, ini, (name, found + 1)))
+        else:  # given with -o, say
+            lines.append((line, ini, (ini, place)))
+    for place, line in enumerate(config.getoption(flag), 1):
+        lines.append((line, flag, (flag, place)))
+    return lines
+
+
 def load(config: pytest.Config) -> Settings:
     def value(flag: str, ini: str, parse: Callable[[str], T]) -> T:
         cli = config.getoption(flag)
@@ -315,8 +342,7 @@ def load(config: pytest.Config) -> Settings:
 
     json_raw = value("--reward-hang-json", "reward_hang_json", str)
     memory = value("--reward-hang-memory-mb", "reward_hang_memory_mb", non_negative_float)
-    lines = [(line, "reward_hang_scorers (ini)") for line in config.getini("reward_hang_scorers")]
-    lines += [(line, "--reward-hang-scorer") for line in config.getoption("--reward-hang-scorer")]
+    lines = _scorer_lines(config)
     save_raw = value("--reward-hang-save", "reward_hang_save", str)
     families, families_source = _families(config)
     strict = config.getoption("--reward-hang-strict-complexity")

@@ -52,6 +52,10 @@ class ScorerSpec:
     expect_hang: bool = False
     memory_mb: float | None = None
     declared_in: str = ""
+    #: Where a report points when the scorer's own ``def`` cannot be found (it does not
+    #: import): its declaration's file and line, or the option that declares it and its place
+    #: among the option's values, from 1.
+    declared_at: tuple[str, int] | None = field(default=None, compare=False)
     #: ``contexts=main,thread,loop``: where it is called (None: the run's setting or default).
     contexts: tuple[str, ...] | None = None
     #: ``style=NAME``: the call style, instead of reading it from the signature.
@@ -174,7 +178,8 @@ def _decorated_in(path: Path, source: bytes, rootdir: Path) -> Iterator[ScorerSp
                         f"{where}: @scorer({kw.arg}=...) must be a literal value"
                     ) from None
             spec = build(f"{relative}:{node.name}", keys, where, rootdir)
-            yield replace(spec, example=_near(path, keys.get("example"), spec.example))
+            example = _near(path, keys.get("example"), spec.example)
+            yield replace(spec, example=example, declared_at=(relative, deco.lineno))
 
 
 def _near(path: Path, raw: object, default: Path | None) -> Path | None:
@@ -191,5 +196,7 @@ def _is_scorer_decorator(func: ast.expr) -> bool:
 
 
 def from_entry_points(rootdir: Path) -> Iterator[ScorerSpec]:
-    for ep in entry_points(group="pytest_rewardhang.scorers"):
-        yield build(ep.value, {"id": ep.name}, f"entry point {ep.name!r}", rootdir)
+    group = "pytest_rewardhang.scorers"
+    for place, ep in enumerate(entry_points(group=group), 1):
+        spec = build(ep.value, {"id": ep.name}, f"entry point {ep.name!r}", rootdir)
+        yield replace(spec, declared_at=(f"{group} entry points", place))

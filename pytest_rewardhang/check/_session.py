@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Generator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -110,20 +111,19 @@ class RewardHangSession:
         rootdir = self.config.rootpath
         specs: list[ScorerSpec] = []
         try:
-            for line, where in self.settings.scorer_lines:
-                specs.append(_scorers.parse_line(line, where, rootdir))
+            for line, where, at in self.settings.scorer_lines:
+                specs.append(replace(_scorers.parse_line(line, where, rootdir), declared_at=at))
             specs += _scorers.decorated(rootdir)
             specs += _scorers.from_entry_points(rootdir)
-            for result in self.config.hook.pytest_reward_hang_scorers(config=self.config):
-                for entry in result or []:
-                    if isinstance(entry, ScorerSpec):
-                        specs.append(entry)
-                    else:
-                        specs.append(
-                            _scorers.parse_line(
-                                str(entry), "pytest_reward_hang_scorers hook", rootdir
-                            )
-                        )
+            hook = "pytest_reward_hang_scorers hook"
+            results = self.config.hook.pytest_reward_hang_scorers(config=self.config)
+            entries = [entry for result in results for entry in result or []]
+            for place, entry in enumerate(entries, 1):
+                if not isinstance(entry, ScorerSpec):
+                    entry = _scorers.parse_line(str(entry), hook, rootdir)
+                if entry.declared_at is None:
+                    entry = replace(entry, declared_at=(hook, place))
+                specs.append(entry)
         except ScorerConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
         seen: dict[str, ScorerSpec] = {}
@@ -210,8 +210,8 @@ class RewardHangSession:
         report = yield
         # A family skipped for its scorer's sake (it hangs on anything, or cannot be checked)
         # is listed by -rs at the scorer, as a skip mark's would be: not at the plugin's line
-        # that skipped it. Where the scorer has no line (it does not resolve), at where it was
-        # declared, without a line: -rs prints none then (the type says int; None is handled).
+        # that skipped it. Where the scorer has no line (it does not resolve), at its declaration
+        # (see ScorerSpec.declared_at); a spec made without one has none (-rs handles None).
         if not isinstance(item, RewardHangItem) or hasattr(report, "wasxfail"):
             return report
         skip = report.longrepr

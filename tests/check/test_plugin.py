@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -288,6 +289,24 @@ def test_bad_scorers_fail_with_a_clear_message(
     (skip,) = [line for line in result.outlines if line.startswith("SKIPPED")]
     assert skip.endswith("cannot be checked: see its first failed item"), skip
     assert "pytest_rewardhang" not in skip, skip
+
+
+def test_a_scorer_that_does_not_import_is_placed_at_its_declaration(
+    project: pytest.Pytester,
+) -> None:
+    # Its families wait on its first failure, skipped where it was declared: -rs and JUnit's
+    # skip text give a file and line, or the option and which of its values; JUnit printed
+    # "reward_hang_scorers (ini):None:" for a missing line.
+    project.makeini("[pytest]\nreward_hang_scorers =\n    scorers.py:clean\n    nowhere.py:score\n")
+    families = ["-k", "repetition or digits-line", "-rs", "--junitxml=out.xml"]
+    result = check(project, "--reward-hang-scorer=gone.py:score", *families)
+    result.assert_outcomes(passed=2, failed=2, skipped=2)
+    reason = "cannot be checked: see its first failed item"
+    placed = [f"--reward-hang-scorer:1: gone.score {reason}", f"tox.ini:4: nowhere.score {reason}"]
+    skips = sorted(line for line in result.outlines if line.startswith("SKIPPED"))
+    assert skips == [f"SKIPPED [1] {where}" for where in placed], skips
+    junit = ET.parse(project.path / "out.xml")  # noqa: S314 - ours
+    assert sorted(str(skip.text) for skip in junit.iter("skipped")) == placed
 
 
 def test_file_spec_skips_package_init_and_keeps_relative_imports(
