@@ -234,7 +234,7 @@ class _State:  # pragma: no cover - worker only
             for number in [getattr(resource, name)]
         }
         self.handlers = {signum: _getsignal(signum) for signum in signal.valid_signals()}
-        self.fds = _procfs.own_fds()
+        self.fd_count = _procfs.own_fds()
         self.stdio = [_identity(fd) for fd in (1, 2)]
         self.dirty = False
         self.count = 0
@@ -306,7 +306,7 @@ class _State:  # pragma: no cover - worker only
             opened = _procfs.own_fds()
         except OSError:
             return False
-        return threads == 1 and opened - self.fds <= _SPARE_FDS
+        return threads == 1 and opened - self.fd_count <= _SPARE_FDS
 
 
 def _getcwd() -> str | None:  # pragma: no cover - worker only
