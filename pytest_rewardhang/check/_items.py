@@ -47,9 +47,10 @@ class RewardHangItem(pytest.Item):
         # Not a suffix of the node id, which pytest would rewrite dots-to-colons in.
         scorer = self.check.scorer
         headline = f"{self.nodeid} ({scorer.spec})"
-        if path is not None:
-            return path, (line - 1 if line else None), headline
-        # It does not import: where it was declared, which JUnit's skip text names with a line.
+        if path is not None and line:
+            return path, line - 1, headline
+        # Its def is not to be found (it does not import, say): where it was declared, which
+        # JUnit's skip text names with a line.
         where, at = scorer.declared_at or (scorer.declared_in, None)
         return where, (at - 1 if at else None), headline
 

@@ -5,9 +5,7 @@ Precedence: per-scorer key > command line > ini > default.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -308,27 +306,23 @@ def _add_ci_options(group: pytest.OptionGroup, parser: pytest.Parser) -> None:
 
 
 def _scorer_lines(config: pytest.Config) -> list[tuple[str, str, tuple[str, int]]]:
-    """Each scorer line, where it was declared, and at what file and line (found in the config
-    file, in order) or, for a value given on the command line, which of the option's values."""
-    ini, flag = "reward_hang_scorers (ini)", "--reward-hang-scorer"
-    text: list[str] = []
-    name = ""
-    if config.inipath is not None:
-        name = os.path.relpath(config.inipath, config.rootpath)
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            text = config.inipath.read_text(encoding="utf-8").splitlines()
-    lines = []
-    after = 0  # the same line twice is found twice, each where it is
-    for place, line in enumerate(config.getini("reward_hang_scorers"), 1):
-        found = next((n for n in range(after, len(text)) if line in text[n]), None)
-        if name and found is not None:
-            after = found + 1
-            lines.append((line, ini, (name, found + 1)))
-        else:  # given with -o, say
-            lines.append((line, ini, (ini, place)))
-    for place, line in enumerate(config.getoption(flag), 1):
-        lines.append((line, flag, (flag, place)))
-    return lines
+    """Each scorer line, where it was declared, and at what file and line (in the config file)
+    or which of an option's values (``-o``, the command line) it is."""
+    from . import _declared  # here: without the flag, this module is all of the check loaded
+
+    key, flag = "reward_hang_scorers", "--reward-hang-scorer"
+    ini = f"{key} (ini)"
+    values = config.getini(key)
+    overrides = config.getoption("override_ini") or []
+    if any(entry.partition("=")[0].strip() == key for entry in overrides):
+        found: list[tuple[str, int] | None] = [(f"-o {key}", n) for n in range(1, len(values) + 1)]
+    elif config.inipath is not None:
+        found = _declared.in_config(config.inipath, key, values)
+    else:
+        found = [None] * len(values)
+    placed = enumerate(zip(values, found, strict=True), 1)
+    lines = [(line, ini, at or (ini, n)) for n, (line, at) in placed]
+    return lines + [(line, flag, (flag, n)) for n, line in enumerate(config.getoption(flag), 1)]
 
 
 def load(config: pytest.Config) -> Settings:

@@ -18,6 +18,7 @@ from typing import Any
 
 from pytest_rewardhang.guard._spec import SpecError, is_file_target, split_spec
 
+from . import _declared
 from ._options import STYLES, context_list, positive_mib, positive_seconds
 
 KINDS = ("math", "text", "code")
@@ -52,15 +53,15 @@ class ScorerSpec:
     expect_hang: bool = False
     memory_mb: float | None = None
     declared_in: str = ""
-    #: Where a report points when the scorer's own ``def`` cannot be found (it does not
-    #: import): its declaration's file and line, or the option that declares it and its place
-    #: among the option's values, from 1.
-    declared_at: tuple[str, int] | None = field(default=None, compare=False)
     #: ``contexts=main,thread,loop``: where it is called (None: the run's setting or default).
     contexts: tuple[str, ...] | None = None
     #: ``style=NAME``: the call style, instead of reading it from the signature.
     style: str | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False)
+    #: Where a report points when the scorer's own ``def`` cannot be found (it does not
+    #: import): the file and line of its declaration, or the option that declares it and which
+    #: of the option's values it is, from 1.
+    declared_at: tuple[str, int] | None = field(default=None, compare=False)
 
 
 def parse_line(line: str, declared_in: str, rootdir: Path) -> ScorerSpec:
@@ -179,7 +180,7 @@ def _decorated_in(path: Path, source: bytes, rootdir: Path) -> Iterator[ScorerSp
                     ) from None
             spec = build(f"{relative}:{node.name}", keys, where, rootdir)
             example = _near(path, keys.get("example"), spec.example)
-            yield replace(spec, example=example, declared_at=(relative, deco.lineno))
+            yield replace(spec, example=example, declared_at=(str(path), deco.lineno))
 
 
 def _near(path: Path, raw: object, default: Path | None) -> Path | None:
@@ -196,7 +197,6 @@ def _is_scorer_decorator(func: ast.expr) -> bool:
 
 
 def from_entry_points(rootdir: Path) -> Iterator[ScorerSpec]:
-    group = "pytest_rewardhang.scorers"
-    for place, ep in enumerate(entry_points(group=group), 1):
+    for ep in entry_points(group="pytest_rewardhang.scorers"):
         spec = build(ep.value, {"id": ep.name}, f"entry point {ep.name!r}", rootdir)
-        yield replace(spec, declared_at=(f"{group} entry points", place))
+        yield replace(spec, declared_at=_declared.entry_point(ep))

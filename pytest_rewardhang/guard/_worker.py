@@ -252,6 +252,10 @@ class _State:  # pragma: no cover - worker only
         if self.moved or self.cwd_path is None or _getcwd() != self.cwd_path:
             os.fchdir(self.cwd)
             self.moved = False
+            # The saved descriptor is the item's to replace too (dup2): back where it
+            # started, or retire.
+            if self.cwd_path is not None and _getcwd() != self.cwd_path:
+                return False
         os.umask(self.umask)
         if _sigmask(signal.SIG_SETMASK, self.mask) != self.mask:
             self.dirty = True
@@ -387,12 +391,18 @@ class _Serve:  # pragma: no cover - worker only
         #: the worker's subtree, where it can.
         self.cage = cage
         self.children_fd = -1
+        #: The children list's file: an item may put another at its number (``dup2``), and
+        #: /dev/null reads as a list of none.
+        self.children_id = (0, 0)
         if subreaper:
             try:
                 pid = _procfs.own_pid()  # as /proc names it: we may be in a PID namespace
                 self.children_fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY)
+                self.children_id = _identity(self.children_fd)
             except OSError:
                 self.children_fd = -1
+        #: An item put something else at one of the worker's own descriptors: it retires.
+        self.damaged = False
         self.buffer = bytearray()
         self.items = 0
         self.cpu_mark = 0.0
@@ -468,7 +478,7 @@ class _Serve:  # pragma: no cover - worker only
         except Exception:  # noqa: BLE001 - e.g. the item closed the saved cwd's descriptor
             leaving = True
         ready = self._ready()
-        leaving = not self._confined(dirty, ready) or leaving
+        leaving = not self._confined(dirty, ready) or leaving or self.damaged
         output, dropped = self._output(ready)
         if self.dropped.count:
             dropped += self.dropped.count
@@ -537,6 +547,20 @@ class _Serve:  # pragma: no cover - worker only
         # Orphans re-parent to the main thread, so its children list sees every leftover
         # unless another thread forked one; then the full walk is needed.
         leaked = 0
-        if not (alone and self.children_fd >= 0 and not os.pread(self.children_fd, 64, 0).strip()):
+        if not (alone and self._childless()):
             leaked = _walkkill.kill_descendants(os.getpid()) + _reap.reap_children()
         return leaked + (self.cage.kill_strays() if escapable else 0)
+
+    def _childless(self) -> bool:
+        """The children list, read through the worker's own descriptor, is empty; False (look
+        the slow way) when it cannot be read or is no longer the worker's file."""
+        if self.children_fd < 0:
+            return False
+        try:
+            if _identity(self.children_fd) != self.children_id:
+                self.damaged = True
+                return False
+            return not os.pread(self.children_fd, 64, 0).strip()
+        except OSError:
+            self.damaged = True
+            return False

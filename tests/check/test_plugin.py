@@ -8,9 +8,12 @@ import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
+from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 
+from pytest_rewardhang.check import _declared
 from tests._projects import C_HANG_LINE, SCORERS, XDIST, fast, scorer_args, usage
 
 pytestmark = pytest.mark.timeout(180)
@@ -291,22 +294,65 @@ def test_bad_scorers_fail_with_a_clear_message(
     assert "pytest_rewardhang" not in skip, skip
 
 
-def test_a_scorer_that_does_not_import_is_placed_at_its_declaration(
-    project: pytest.Pytester,
+@pytest.mark.parametrize(
+    ("config", "args", "placed"),
+    [
+        (  # a comment naming it is not where it is declared
+            ("tox.ini", "[pytest]\n# was: nowhere.py:score\nreward_hang_scorers =\n"),
+            ["--reward-hang-scorer=scorers.py:missing"],  # the file is there, the def is not
+            {"nowhere.score": "tox.ini:5", "scorers.missing": "--reward-hang-scorer:1"},
+        ),
+        (  # two values on one line
+            ("pyproject.toml", "[tool.pytest.ini_options]\nreward_hang_scorers = ["),
+            [],
+            {"nowhere.score": "pyproject.toml:2"},
+        ),
+        (  # -o: not the file's, though the file names it too
+            ("tox.ini", "[pytest]\nreward_hang_scorers =\n"),
+            ["-o", "reward_hang_scorers=scorers.py:clean\nnowhere.py:score"],
+            {"nowhere.score": "-o reward_hang_scorers:2"},
+        ),
+    ],
+)
+def test_a_scorer_whose_def_is_not_found_is_placed_at_its_declaration(
+    pytester: pytest.Pytester, config: tuple[str, str], args: list[str], placed: dict[str, str]
 ) -> None:
     # Its families wait on its first failure, skipped where it was declared: -rs and JUnit's
     # skip text give a file and line, or the option and which of its values; JUnit printed
     # "reward_hang_scorers (ini):None:" for a missing line.
-    project.makeini("[pytest]\nreward_hang_scorers =\n    scorers.py:clean\n    nowhere.py:score\n")
+    pytester.makepyfile(scorers=SCORERS)
+    name, head = config
+    if name == "tox.ini":
+        body = head + "    scorers.py:clean\n    nowhere.py:score\n"
+    else:
+        body = head + '"scorers.py:clean", "nowhere.py:score"]\n'
+    (pytester.path / name).write_text(body)
     families = ["-k", "repetition or digits-line", "-rs", "--junitxml=out.xml"]
-    result = check(project, "--reward-hang-scorer=gone.py:score", *families)
-    result.assert_outcomes(passed=2, failed=2, skipped=2)
+    result = check(pytester, *args, *families)
+    result.assert_outcomes(passed=2, failed=len(placed), skipped=len(placed))
     reason = "cannot be checked: see its first failed item"
-    placed = [f"--reward-hang-scorer:1: gone.score {reason}", f"tox.ini:4: nowhere.score {reason}"]
-    skips = sorted(line for line in result.outlines if line.startswith("SKIPPED"))
-    assert skips == [f"SKIPPED [1] {where}" for where in placed], skips
-    junit = ET.parse(project.path / "out.xml")  # noqa: S314 - ours
-    assert sorted(str(skip.text) for skip in junit.iter("skipped")) == placed
+    expected = sorted(f"SKIPPED [1] {at}: {scorer} {reason}" for scorer, at in placed.items())
+    assert sorted(line for line in result.outlines if line.startswith("SKIPPED")) == expected
+    # JUnit's text names a file by its full path, as for pytest's own skips.
+    junit = ET.parse(pytester.path / "out.xml")  # noqa: S314 - ours
+    texts = sorted(str(skip.text) for skip in junit.iter("skipped"))
+    for scorer, at in placed.items():
+        where, _, line = at.rpartition(":")
+        if (pytester.path / where).is_file():
+            placed[scorer] = f"{pytester.path / where}:{line}"
+    assert texts == sorted(f"{at}: {scorer} {reason}" for scorer, at in placed.items())
+
+
+def test_an_entry_point_is_placed_at_its_line_in_its_distributions_metadata() -> None:
+    # A scorer's entry point is read as ours to pytest is: this package's, installed.
+    (ours,) = [ep for ep in entry_points(group="pytest11") if ep.name == "rewardhang"]
+    at = _declared.entry_point(ours)
+    assert at is not None
+    path, line = at
+    assert Path(path).name == "entry_points.txt", path
+    assert Path(path).read_text().splitlines()[line - 1].replace(" ", "") == (
+        "rewardhang=pytest_rewardhang.plugin"
+    )
 
 
 def test_file_spec_skips_package_init_and_keeps_relative_imports(

@@ -375,6 +375,28 @@ def joins_a_thread(seconds: float) -> int:
     return os.getpid()
 
 
+def swaps_its_workers_descriptor(what: str, folder: str = "") -> Any:
+    """Put another file at one of its worker's own descriptors (``dup2``), leaving everything
+    else alone. ``children``: /dev/null at the one its children list is read through (it then
+    reads as none), then fork a child that sleeps, and return this process's pid and the
+    child's; ``cwd``: ``folder`` at
+    the one its starting directory is kept in, then ``chdir`` (the worker goes back through it).
+    Anything else: this process's pid and working directory."""
+    serve, _ = serving()
+    if what == "children":
+        os.dup2(os.open(os.devnull, os.O_RDONLY), serve.children_fd)
+        child = os.fork()
+        if not child:
+            time.sleep(3600)
+            os._exit(0)
+        return os.getpid(), child
+    if what == "cwd":
+        os.dup2(os.open(folder, os.O_RDONLY | os.O_DIRECTORY), serve.state.cwd)
+        os.chdir(folder)
+        return None
+    return os.getpid(), os.getcwd()
+
+
 def leaves_descriptors(count: int) -> int:
     """Leave ``count`` descriptors open (a lazily opened cache, say), and say which worker."""
     for _ in range(count):

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_rewardhang.guard import Pool, Status
+from pytest_rewardhang.guard import Pool, Status, _cgroup
 from pytest_rewardhang.guard._wire import RESULT_LIMIT, RETIRED
 from tests._procs import python_c
-from tests.conftest import assert_dead, state
+from tests.conftest import assert_dead, dead_or_dying, state
 from tests.guard._attacks import (
     BigCallable,
     Unpicklable,
@@ -37,6 +37,7 @@ from tests.guard._attacks import (
     near_deadline,
     orphan_then_crash,
     quick,
+    swaps_its_workers_descriptor,
 )
 from tests.guard.conftest import Launch
 
@@ -430,6 +431,35 @@ def test_a_thread_an_item_joined_does_not_retire_its_worker(launch: Launch) -> N
         outs = pool.map([(0.002,)] * 30)
     assert all(out.ok for out in outs), [out.describe() for out in outs if not out.ok]
     assert len({out.value for out in outs}) <= 2, "a worker retired"
+
+
+@pytest.mark.parametrize("cgroups", [True, False])
+@pytest.mark.usefixtures("no_leaks")
+def test_a_child_hidden_behind_a_swapped_children_list_is_still_killed(
+    cgroups: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /dev/null at the worker's descriptor for its children list reads as no children: without
+    # cgroups (no group to sweep), the item's child slept on beside the items after it.
+    if not cgroups:
+        monkeypatch.setenv(_cgroup.CGROUP_ENV, "0")
+    with Pool(swaps_its_workers_descriptor, workers=1, budget=5.0) as pool:
+        swapped, after = pool.map([("children",), ("look",)])
+        assert swapped.ok, swapped.describe()
+        worker, child = swapped.value
+        assert dead_or_dying(child), f"the item's child {child} runs on"
+    assert swapped.leaked == 1, swapped.describe()
+    assert after.ok, after.describe()
+    assert after.value[0] != worker, "the damaged worker was kept"
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_swapped_starting_directory_descriptor_moves_no_later_item(tmp_path: Path) -> None:
+    here = os.getcwd()
+    with Pool(swaps_its_workers_descriptor, workers=1, budget=5.0) as pool:
+        swapped, after = pool.map([("cwd", str(tmp_path)), ("look",)])
+    assert swapped.ok, swapped.describe()
+    assert after.ok, after.describe()
+    assert after.value[1] == here, "the next item started where the item left the worker"
 
 
 @pytest.mark.usefixtures("no_leaks")

@@ -1,0 +1,112 @@
+"""Where a scorer was declared, for a report that cannot point at its ``def`` (it does not
+import): the line of the config file that holds it, or the entry point's line in its
+distribution's metadata. Read as text, as a person would find it; None where it is not there
+to find (a value given with ``-o``, a line the scanner does not read as pytest did).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from importlib.metadata import EntryPoint
+from pathlib import Path
+
+#: A line and the values it holds.
+_Line = tuple[int, list[str]]
+
+
+def in_config(path: Path, key: str, values: list[str]) -> list[tuple[str, int] | None]:
+    """Each of ``key``'s ``values`` (as pytest read them, in order): the file and line where
+    it is written in the config file ``path``, or None."""
+    lines: list[str] = []
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        lines = path.read_text(encoding="utf-8").splitlines()
+    start = next((n for n, line in enumerate(lines) if re.match(rf"\s*{key}\s*[=:]", line)), None)
+    if start is None:
+        return [None] * len(values)
+    region = _toml_values(lines, start) if path.suffix == ".toml" else _ini_values(lines, start)
+    written = [(number, value) for number, found in region for value in found]
+    places: list[tuple[str, int] | None] = []
+    after = 0  # a value written twice is found twice, each where it is
+    for value in values:
+        hit = next((i for i in range(after, len(written)) if written[i][1] == value), None)
+        if hit is None:
+            places.append(None)
+        else:
+            after = hit + 1
+            places.append((str(path), written[hit][0]))
+    return places
+
+
+def _ini_values(lines: list[str], start: int) -> list[_Line]:
+    """A linelist's lines in an ini file: after the key on its own line, then each indented
+    line below it, comments left out."""
+    first = re.split(r"[=:]", lines[start], maxsplit=1)[1].strip()
+    region = [(start + 1, [first] if first else [])]
+    for number in range(start + 1, len(lines)):
+        line = lines[number]
+        if line.strip() and not line[0].isspace():
+            break
+        text = line.strip()
+        if text and text[0] not in "#;":
+            region.append((number + 1, [text]))
+    return region
+
+
+def _toml_values(lines: list[str], start: int) -> list[_Line]:
+    """The strings of a TOML value, each with its line: an array's from the ``[`` after the key
+    to its ``]``, comments left out (multi-line strings are not read)."""
+    region: list[_Line] = []
+    depth = 0
+    for number in range(start, len(lines)):
+        line = lines[number]
+        i = line.index("=") + 1 if number == start else 0
+        found: list[str] = []
+        while i < len(line):
+            char = line[i]
+            if char == "#":
+                break
+            if char in "\"'":
+                end, text = _string(line, i)
+                found.append(text)
+                i = end
+                continue
+            depth += (char == "[") - (char == "]")
+            i += 1
+            if depth == 0 and char == "]":
+                region.append((number + 1, found))
+                return region
+        region.append((number + 1, found))
+        if depth == 0:  # a value that is no array ends with its line
+            return region
+    return region
+
+
+def _string(line: str, i: int) -> tuple[int, str]:
+    """The TOML string starting at ``line[i]``: where it ends, and its text (a basic string's
+    ``\\"`` and ``\\\\`` undone; its other escapes kept as written)."""
+    quote, j, text = line[i], i + 1, []
+    while j < len(line) and line[j] != quote:
+        if quote == '"' and line[j] == "\\" and j + 1 < len(line):
+            j += 1
+        text.append(line[j])
+        j += 1
+    return j + 1, "".join(text)
+
+
+def entry_point(ep: EntryPoint) -> tuple[str, int] | None:
+    """The line of ``entry_points.txt`` that declares ``ep``, in its distribution's metadata."""
+    files = ep.dist.files if ep.dist is not None else None
+    for file in files or []:
+        if file.name != "entry_points.txt":
+            continue
+        path = Path(str(file.locate()))
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            section = ""
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                text = line.strip()
+                if text.startswith("["):
+                    section = text.strip("[]").strip()
+                elif section == ep.group and text.partition("=")[0].strip() == ep.name:
+                    return str(path), number
+    return None
