@@ -6,25 +6,31 @@ to find (a value given with ``-o``, a line the scanner does not read as pytest d
 
 from __future__ import annotations
 
-import contextlib
 import re
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
 #: A line and the values it holds.
 _Line = tuple[int, list[str]]
+#: The sections pytest reads its options from, by the config file's kind.
+_INI_SECTIONS = ("pytest", "tool:pytest")
+_TOML_TABLES = ("tool.pytest.ini_options", "tool.pytest", "pytest")
+#: A section's or table's header (an array of tables' too: no table of pytest's).
+_HEADER = re.compile(r"\s*\[(\[?)([^\[\]]+)\]\]?\s*(?:[#;].*)?$")
 
 
 def in_config(path: Path, key: str, values: list[str]) -> list[tuple[str, int] | None]:
     """Each of ``key``'s ``values`` (as pytest read them, in order): the file and line where
     it is written in the config file ``path``, or None."""
-    lines: list[str] = []
-    with contextlib.suppress(OSError, UnicodeDecodeError):
+    try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    start = next((n for n, line in enumerate(lines) if re.match(rf"\s*{key}\s*[=:]", line)), None)
-    if start is None:
-        return [None] * len(values)
-    region = _toml_values(lines, start) if path.suffix == ".toml" else _ini_values(lines, start)
+        toml = path.suffix == ".toml"
+        start = _key_line(lines, key, toml)
+        if start is None:
+            return [None] * len(values)
+        region = _toml_values(lines, start) if toml else _ini_values(lines, start)
+    except Exception:  # noqa: BLE001 - the user's file, read as text for a line number only:
+        return [None] * len(values)  # a shape not foreseen here costs the line, never the run
     written = [(number, value) for number, found in region for value in found]
     places: list[tuple[str, int] | None] = []
     after = 0  # a value written twice is found twice, each where it is
@@ -38,10 +44,26 @@ def in_config(path: Path, key: str, values: list[str]) -> list[tuple[str, int] |
     return places
 
 
+def _key_line(lines: list[str], key: str, toml: bool) -> int | None:
+    """The line that sets ``key`` in the section pytest reads: a TOML ``key =`` (indented or
+    not), or an ini ``key =`` or ``key:`` at the start of its line (an indented one continues
+    the value above)."""
+    pattern = re.compile(rf"\s*{key}\s*=" if toml else rf"{key}\s*[=:]")
+    sections = _TOML_TABLES if toml else _INI_SECTIONS
+    section = ""
+    for number, line in enumerate(lines):
+        header = _HEADER.match(line)
+        if header:
+            section = "" if header.group(1) else header.group(2).strip()
+        elif section in sections and pattern.match(line):
+            return number
+    return None
+
+
 def _ini_values(lines: list[str], start: int) -> list[_Line]:
     """A linelist's lines in an ini file: after the key on its own line, then each indented
     line below it, comments left out."""
-    first = re.split(r"[=:]", lines[start], maxsplit=1)[1].strip()
+    first = re.split(r"[=:]", lines[start], maxsplit=1)[-1].strip()
     region = [(start + 1, [first] if first else [])]
     for number in range(start + 1, len(lines)):
         line = lines[number]
@@ -60,7 +82,7 @@ def _toml_values(lines: list[str], start: int) -> list[_Line]:
     depth = 0
     for number in range(start, len(lines)):
         line = lines[number]
-        i = line.index("=") + 1 if number == start else 0
+        i = line.find("=") + 1 if number == start else 0
         found: list[str] = []
         while i < len(line):
             char = line[i]
@@ -96,12 +118,12 @@ def _string(line: str, i: int) -> tuple[int, str]:
 
 def entry_point(ep: EntryPoint) -> tuple[str, int] | None:
     """The line of ``entry_points.txt`` that declares ``ep``, in its distribution's metadata."""
-    files = ep.dist.files if ep.dist is not None else None
-    for file in files or []:
-        if file.name != "entry_points.txt":
-            continue
-        path = Path(str(file.locate()))
-        with contextlib.suppress(OSError, UnicodeDecodeError):
+    try:
+        files = ep.dist.files if ep.dist is not None else None
+        for file in files or []:
+            if file.name != "entry_points.txt":
+                continue
+            path = Path(str(file.locate()))
             section = ""
             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
                 text = line.strip()
@@ -109,4 +131,6 @@ def entry_point(ep: EntryPoint) -> tuple[str, int] | None:
                     section = text.strip("[]").strip()
                 elif section == ep.group and text.partition("=")[0].strip() == ep.name:
                     return str(path), number
+    except Exception:  # noqa: BLE001 - another package's metadata (a RECORD it wrote badly,
+        return None  # say) costs the line, never the run
     return None

@@ -314,7 +314,7 @@ def _scorer_lines(config: pytest.Config) -> list[tuple[str, str, tuple[str, int]
     ini = f"{key} (ini)"
     values = config.getini(key)
     overrides = config.getoption("override_ini") or []
-    if any(entry.partition("=")[0].strip() == key for entry in overrides):
+    if any(entry.partition("=")[0] == key for entry in overrides):  # as pytest splits it
         found: list[tuple[str, int] | None] = [(f"-o {key}", n) for n in range(1, len(values) + 1)]
     elif config.inipath is not None:
         found = _declared.in_config(config.inipath, key, values)

@@ -216,6 +216,7 @@ class _State:  # pragma: no cover - worker only
 
     def __init__(self) -> None:
         self.cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.cwd_id = _identity(self.cwd)
         self.cwd_path = _getcwd()
         #: The item changed directory through Python (an audited os.chdir or os.fchdir).
         self.moved = False
@@ -249,20 +250,21 @@ class _State:  # pragma: no cover - worker only
         # getcwd() is a system call no audit hook sees, where fchdir() is an audited event
         # (0.6 µs of the hook's machinery). Python's own chdir is audited, so the path alone
         # is trusted only after an item that changed directory, if at all, from C.
+        kept = True
         if self.moved or self.cwd_path is None or _getcwd() != self.cwd_path:
-            os.fchdir(self.cwd)
+            # The saved descriptor is the item's to replace too (dup2): back through it while
+            # it is the starting directory's, else retire.
+            kept = _identity(self.cwd) == self.cwd_id
+            if kept:
+                os.fchdir(self.cwd)
             self.moved = False
-            # The saved descriptor is the item's to replace too (dup2): back where it
-            # started, or retire.
-            if self.cwd_path is not None and _getcwd() != self.cwd_path:
-                return False
         os.umask(self.umask)
         if _sigmask(signal.SIG_SETMASK, self.mask) != self.mask:
             self.dirty = True
         for which in ITIMERS:
             if signal.setitimer(which, 0) != _NO_TIMER:
                 self.dirty = True
-        if not alone:
+        if not (alone and kept):
             return False
         self.count += 1
         if self.dirty or wall > _FULL_AFTER_S or not self.count % _FULL_EVERY:
@@ -463,6 +465,11 @@ class _Serve:  # pragma: no cover - worker only
             os._exit(0)  # a child the call forked, returning: it never answers for the worker
         wall = time.perf_counter() - start
         alone = _thread_count() == self.threads
+        if self.state.dirty:
+            # A thread that C started (ctypes, a library's pool), which Python does not count,
+            # may fork until it ends: its child would come to the main thread after the look
+            # below. The full check waits the same for the kernel's count to come down.
+            _procfs.own_threads(1, _THREAD_EXIT_S)
         leaked = self._leaked(alone)
         cpu_total = self.cpu_mark = time.process_time()
         # The peak only grows during an item that allocates, which takes time: a quick item

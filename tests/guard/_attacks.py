@@ -379,9 +379,9 @@ def swaps_its_workers_descriptor(what: str, folder: str = "") -> Any:
     """Put another file at one of its worker's own descriptors (``dup2``), leaving everything
     else alone. ``children``: /dev/null at the one its children list is read through (it then
     reads as none), then fork a child that sleeps, and return this process's pid and the
-    child's; ``cwd``: ``folder`` at
-    the one its starting directory is kept in, then ``chdir`` (the worker goes back through it).
-    Anything else: this process's pid and working directory."""
+    child's; ``cwd``: ``folder`` at the one its starting directory is kept in, then ``chdir``
+    (the worker goes back through it). Anything else, or after ``cwd``: this process's pid and
+    working directory."""
     serve, _ = serving()
     if what == "children":
         os.dup2(os.open(os.devnull, os.O_RDONLY), serve.children_fd)
@@ -393,8 +393,32 @@ def swaps_its_workers_descriptor(what: str, folder: str = "") -> Any:
     if what == "cwd":
         os.dup2(os.open(folder, os.O_RDONLY | os.O_DIRECTORY), serve.state.cwd)
         os.chdir(folder)
-        return None
+        return os.getpid(), os.getcwd()
     return os.getpid(), os.getcwd()
+
+
+_THREAD_START = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+#: The C threads' entry points, kept alive as long as the process.
+_STARTS: list[Any] = []
+
+
+def forks_from_a_c_thread(what: str) -> int:
+    """``fork``: start a thread of libc's own (Python does not count it) that forks a child
+    20 ms later, then ends, and return at once; the child sleeps. Anything else: this
+    process's pid."""
+    if what == "fork":
+
+        def start(_: Any) -> None:
+            time.sleep(0.02)
+            if not os.fork():
+                time.sleep(3600)
+                os._exit(0)
+
+        _STARTS.append(_THREAD_START(start))
+        thread = ctypes.c_ulong()
+        assert LIBC.pthread_create(ctypes.byref(thread), None, _STARTS[-1], None) == 0
+        LIBC.pthread_detach(thread)
+    return os.getpid()
 
 
 def leaves_descriptors(count: int) -> int:

@@ -27,6 +27,7 @@ from tests.guard._attacks import (
     attack,
     damages_its_descriptors,
     exits_with,
+    forks_from_a_c_thread,
     hang_holding_memory,
     joins_a_thread,
     kills_its_zygote_or_not,
@@ -460,6 +461,23 @@ def test_a_swapped_starting_directory_descriptor_moves_no_later_item(tmp_path: P
     assert swapped.ok, swapped.describe()
     assert after.ok, after.describe()
     assert after.value[1] == here, "the next item started where the item left the worker"
+    assert after.value[0] != swapped.value[0], "the damaged worker was kept"
+
+
+@pytest.mark.parametrize("cgroups", [True, False])
+@pytest.mark.usefixtures("no_leaks")
+def test_a_child_a_c_thread_forks_after_its_item_returned_is_not_the_next_items(
+    cgroups: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The thread forks after the item's answer is built, then ends: its child came to the main
+    # thread after the worker had looked for children, and the next item was charged with it.
+    if not cgroups:
+        monkeypatch.setenv(_cgroup.CGROUP_ENV, "0")
+    with Pool(forks_from_a_c_thread, workers=1, budget=5.0) as pool:
+        forked, after = pool.map([("fork",), ("look",)])
+    assert forked.ok, forked.describe()
+    assert after.ok, after.describe()
+    assert after.leaked == 0, "the next item was charged with the child"
 
 
 @pytest.mark.usefixtures("no_leaks")
