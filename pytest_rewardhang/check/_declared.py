@@ -12,20 +12,29 @@ from pathlib import Path
 
 #: A line and the values it holds.
 _Line = tuple[int, list[str]]
-#: The sections pytest reads its options from, by the config file's kind.
-_INI_SECTIONS = ("pytest", "tool:pytest")
-_TOML_TABLES = ("tool.pytest.ini_options", "tool.pytest", "pytest")
-#: A section's or table's header (an array of tables' too: no table of pytest's).
-_HEADER = re.compile(r"\s*\[(\[?)([^\[\]]+)\]\]?\s*(?:[#;].*)?$")
+#: The sections pytest reads its options from, by the config file's name, else its suffix
+#: (a file given with ``-c``), as pytest's own loaders choose them.
+_SECTIONS = {
+    "pytest.toml": ("pytest",),
+    ".pytest.toml": ("pytest",),
+    "pyproject.toml": ("tool.pytest", "tool.pytest.ini_options"),
+    "setup.cfg": ("tool:pytest",),
+    ".toml": ("pytest", "tool.pytest", "tool.pytest.ini_options"),
+    ".cfg": ("tool:pytest",),
+}
+#: A section's or table's header (an array of tables' too: no table of pytest's); in an ini
+#: file, only at the start of its line (an indented one continues a value).
+_HEADER = re.compile(r"\[(\[?)([^\[\]]+)\]\]?\s*(?:[#;].*)?$")
 
 
 def in_config(path: Path, key: str, values: list[str]) -> list[tuple[str, int] | None]:
     """Each of ``key``'s ``values`` (as pytest read them, in order): the file and line where
     it is written in the config file ``path``, or None."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
         toml = path.suffix == ".toml"
-        start = _key_line(lines, key, toml)
+        sections = _SECTIONS.get(path.name) or _SECTIONS.get(path.suffix) or ("pytest",)
+        start = _key_line(lines, key, toml, sections)
         if start is None:
             return [None] * len(values)
         region = _toml_values(lines, start) if toml else _ini_values(lines, start)
@@ -44,15 +53,14 @@ def in_config(path: Path, key: str, values: list[str]) -> list[tuple[str, int] |
     return places
 
 
-def _key_line(lines: list[str], key: str, toml: bool) -> int | None:
-    """The line that sets ``key`` in the section pytest reads: a TOML ``key =`` (indented or
+def _key_line(lines: list[str], key: str, toml: bool, sections: tuple[str, ...]) -> int | None:
+    """The line that sets ``key`` in a section pytest reads: a TOML ``key =`` (indented or
     not), or an ini ``key =`` or ``key:`` at the start of its line (an indented one continues
     the value above)."""
     pattern = re.compile(rf"\s*{key}\s*=" if toml else rf"{key}\s*[=:]")
-    sections = _TOML_TABLES if toml else _INI_SECTIONS
     section = ""
     for number, line in enumerate(lines):
-        header = _HEADER.match(line)
+        header = _HEADER.match(line.lstrip() if toml else line)
         if header:
             section = "" if header.group(1) else header.group(2).strip()
         elif section in sections and pattern.match(line):
@@ -62,16 +70,17 @@ def _key_line(lines: list[str], key: str, toml: bool) -> int | None:
 
 def _ini_values(lines: list[str], start: int) -> list[_Line]:
     """A linelist's lines in an ini file: after the key on its own line, then each indented
-    line below it, comments left out."""
+    line below it; comments, even unindented, do not end it and are left out."""
     first = re.split(r"[=:]", lines[start], maxsplit=1)[-1].strip()
     region = [(start + 1, [first] if first else [])]
     for number in range(start + 1, len(lines)):
         line = lines[number]
-        if line.strip() and not line[0].isspace():
-            break
         text = line.strip()
-        if text and text[0] not in "#;":
-            region.append((number + 1, [text]))
+        if not text or text[0] in "#;":
+            continue
+        if not line[0].isspace():
+            break
+        region.append((number + 1, [text]))
     return region
 
 

@@ -465,11 +465,12 @@ class _Serve:  # pragma: no cover - worker only
             os._exit(0)  # a child the call forked, returning: it never answers for the worker
         wall = time.perf_counter() - start
         alone = _thread_count() == self.threads
-        if self.state.dirty:
+        if self.state.dirty and _procfs.own_threads(1, _THREAD_EXIT_S) not in (1, None):
             # A thread that C started (ctypes, a library's pool), which Python does not count,
-            # may fork until it ends: its child would come to the main thread after the look
-            # below. The full check waits the same for the kernel's count to come down.
-            _procfs.own_threads(1, _THREAD_EXIT_S)
+            # may fork until it ends, and its children are on its own list until then: one
+            # still running after the full check's wait makes the look below the full walk,
+            # and the worker retires.
+            alone = False
         leaked = self._leaked(alone)
         cpu_total = self.cpu_mark = time.process_time()
         # The peak only grows during an item that allocates, which takes time: a quick item

@@ -42,13 +42,34 @@ def lines_of(tmp_path: Path, name: str, text: str, values: list[str]) -> list[in
             ["a.py:f", "nowhere.py:g", "a.py:f"],
             [5, 7, 9],
         ),
-        (
+        (  # a section pytest does not read in this file first; a comment at the margin
             "setup.cfg",
-            "[metadata]\nname = x\n[tool:pytest]\nreward_hang_scorers:\n  a.py:f\n",
+            "[pytest]\nreward_hang_scorers = b.py:g\n[tool:pytest]\nreward_hang_scorers:\n"
+            "  a.py:f\n# a.py:g\n  a.py:h\n",
+            ["a.py:f", "a.py:h"],
+            [5, 7],
+        ),
+        (  # an indented bracket continues the value; a byte-order mark
+            "tox.ini",
+            "\ufeff[tool:pytest]\nreward_hang_scorers = b.py:g\n[pytest]\nreward_hang_scorers =\n"
+            "    [x]\n    a.py:f\n",
+            ["[x]", "a.py:f"],
+            [5, 6],
+        ),
+        (
+            "pyproject.toml",
+            '[pytest]\nreward_hang_scorers = ["b.py:g"]\n[tool.pytest]\n'
+            'reward_hang_scorers = ["a.py:f"]\n',
+            ["a.py:f"],
+            [4],
+        ),
+        (
+            "pytest.toml",
+            '[tool.pytest]\nreward_hang_scorers = ["b.py:g"]\n[pytest]\n'
+            'reward_hang_scorers = [\n  "a.py:f",\n]\n',
             ["a.py:f"],
             [5],
         ),
-        ("pytest.ini", "[pytest]\nreward_hang_scorers\n", ["a.py:f"], [None]),  # no value
         ("pyproject.toml", '[tool.pytest.ini_options]\nreward_hang_scorers = ["a', ["a"], [2]),
     ],
 )

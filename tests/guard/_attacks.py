@@ -393,7 +393,6 @@ def swaps_its_workers_descriptor(what: str, folder: str = "") -> Any:
     if what == "cwd":
         os.dup2(os.open(folder, os.O_RDONLY | os.O_DIRECTORY), serve.state.cwd)
         os.chdir(folder)
-        return os.getpid(), os.getcwd()
     return os.getpid(), os.getcwd()
 
 
@@ -402,17 +401,18 @@ _THREAD_START = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 _STARTS: list[Any] = []
 
 
-def forks_from_a_c_thread(what: str) -> int:
+def forks_from_a_c_thread(what: str, before: float = 0.0, after: float = 0.0) -> int:
     """``fork``: start a thread of libc's own (Python does not count it) that forks a child
-    20 ms later, then ends, and return at once; the child sleeps. Anything else: this
-    process's pid."""
+    ``before`` seconds later, then ends ``after`` seconds after that, and return at once; the
+    child sleeps. Anything else: this process's pid."""
     if what == "fork":
 
         def start(_: Any) -> None:
-            time.sleep(0.02)
+            time.sleep(before)
             if not os.fork():
                 time.sleep(3600)
                 os._exit(0)
+            time.sleep(after)
 
         _STARTS.append(_THREAD_START(start))
         thread = ctypes.c_ulong()

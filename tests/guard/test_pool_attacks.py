@@ -465,19 +465,25 @@ def test_a_swapped_starting_directory_descriptor_moves_no_later_item(tmp_path: P
 
 
 @pytest.mark.parametrize("cgroups", [True, False])
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [(0.02, 0.0), (0.07, 0.0), (0.02, 0.04)],  # within the worker's wait for threads; past it
+)
 @pytest.mark.usefixtures("no_leaks")
 def test_a_child_a_c_thread_forks_after_its_item_returned_is_not_the_next_items(
-    cgroups: bool, monkeypatch: pytest.MonkeyPatch
+    cgroups: bool, before: float, after: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The thread forks after the item's answer is built, then ends: its child came to the main
     # thread after the worker had looked for children, and the next item was charged with it.
     if not cgroups:
         monkeypatch.setenv(_cgroup.CGROUP_ENV, "0")
     with Pool(forks_from_a_c_thread, workers=1, budget=5.0) as pool:
-        forked, after = pool.map([("fork",), ("look",)])
+        forked, look = pool.map([("fork", before, after), ("look",)])
     assert forked.ok, forked.describe()
-    assert after.ok, after.describe()
-    assert after.leaked == 0, "the next item was charged with the child"
+    assert look.ok, look.describe()
+    assert look.leaked == 0, "the next item was charged with the child"
+    # Found in its own item, or its worker replaced (a thread still running), not missed.
+    assert forked.leaked == 1 or look.value != forked.value, forked.describe()
 
 
 @pytest.mark.usefixtures("no_leaks")
