@@ -191,26 +191,32 @@ def stopped(pid: int) -> bool:
 def state(pid: int, fields: list[bytes] | None = None) -> tuple[bool, bool]:
     """:func:`alive`, and whether it is the init of a PID namespace below ours: a guard's
     (ours, or a nested guard's), killed with the rest but not counted as left running.
-    ``fields``: its :func:`stat_fields`, where read already.
 
-    The pending signals are read before the flags, in the order a kill moves a process through
-    them. A SIGKILL sent to the process (``kill``) stays in its shared pending set until it is
-    reaped; one sent to a thread (``tgkill``) leaves the thread's own set as the thread takes
-    it, before the flags say exiting. Flags read first, then the pending sets, miss a process
-    that took such a signal in between.
+    ``fields``: its :func:`stat_fields`, where a walk read them already. They stand: a process
+    the walk saw alive is killed, and its group signalled, even if it has exited since (a
+    hopping chain's next process is in that group); read again, such a process would be let
+    go, and a chain could outrun the walk. Else the pending signals are read before the
+    flags, in the order a kill moves a process through them: a SIGKILL sent to one of its
+    threads (``tgkill``) leaves that thread's pending set as it is taken, before the flags
+    say exiting (a ``kill()``'s stays in the shared set until the process is reaped).
     """
-    if fields is not None and _dead(fields):
-        return False, False  # dead stays dead: only "alive" must be read afresh
-    try:
-        status = read_small(f"/proc/{pid}/status")
-    except OSError:
+    status = b""
+    if fields is None:
+        try:
+            status = read_small(f"/proc/{pid}/status")
+        except OSError:
+            return False, False
+        fields = stat_fields(pid)
+    if fields is None or _dead(fields):
         return False, False
+    if not status:
+        try:
+            status = read_small(f"/proc/{pid}/status")
+        except OSError:
+            return False, False
     for line in status.splitlines():
         if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & _SIGKILL_MASK:
             return False, False
-    fields = stat_fields(pid)
-    if fields is None or _dead(fields):
-        return False, False
     ids = _nspid_line(status)
     return True, len(ids) > where()[1] + 1 and ids[-1] == 1
 
