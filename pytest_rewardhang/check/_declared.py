@@ -57,7 +57,8 @@ def _key_line(lines: list[str], key: str, toml: bool, sections: tuple[str, ...])
     """The line that sets ``key`` in a section pytest reads: a TOML ``key =`` (indented or
     not), or an ini ``key =`` or ``key:`` at the start of its line (an indented one continues
     the value above)."""
-    pattern = re.compile(rf"\s*{key}\s*=" if toml else rf"{key}\s*[=:]")
+    name = re.escape(key)
+    pattern = re.compile(rf"\s*{name}\s*=" if toml else rf"{name}\s*[=:]")
     section = ""
     for number, line in enumerate(lines):
         header = _HEADER.match(line.lstrip() if toml else line)
@@ -133,13 +134,9 @@ def entry_point(ep: EntryPoint) -> tuple[str, int] | None:
             if file.name != "entry_points.txt":
                 continue
             path = Path(str(file.locate()))
-            section = ""
-            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-                text = line.strip()
-                if text.startswith("["):
-                    section = text.strip("[]").strip()
-                elif section == ep.group and text.partition("=")[0].strip() == ep.name:
-                    return str(path), number
+            lines = path.read_text(encoding="utf-8").splitlines()
+            number = _key_line(lines, ep.name, toml=False, sections=(ep.group,))
+            return None if number is None else (str(path), number + 1)
     except Exception:  # noqa: BLE001 - another package's metadata (a RECORD it wrote badly,
         return None  # say) costs the line, never the run
     return None

@@ -200,25 +200,26 @@ def state(pid: int, fields: list[bytes] | None = None) -> tuple[bool, bool]:
     threads (``tgkill``) leaves that thread's pending set as it is taken, before the flags
     say exiting (a ``kill()``'s stays in the shared set until the process is reaped).
     """
-    status = b""
     if fields is None:
-        try:
-            status = read_small(f"/proc/{pid}/status")
-        except OSError:
-            return False, False
-        fields = stat_fields(pid)
-    if fields is None or _dead(fields):
+        status = _status(pid)
+        fields = None if status is None else stat_fields(pid)
+    else:
+        status = None if _dead(fields) else _status(pid)
+    if status is None or fields is None or _dead(fields):
         return False, False
-    if not status:
-        try:
-            status = read_small(f"/proc/{pid}/status")
-        except OSError:
-            return False, False
     for line in status.splitlines():
         if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & _SIGKILL_MASK:
             return False, False
     ids = _nspid_line(status)
     return True, len(ids) > where()[1] + 1 and ids[-1] == 1
+
+
+def _status(pid: int) -> bytes | None:
+    """``/proc/PID/status``; None once the pid is gone."""
+    try:
+        return read_small(f"/proc/{pid}/status")
+    except OSError:
+        return None
 
 
 def _dead(fields: list[bytes]) -> bool:
