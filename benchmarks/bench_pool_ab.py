@@ -6,10 +6,10 @@ Each ROOT is a folder holding a `pytest_rewardhang` package, e.g. one made with
 `git archive REV pytest_rewardhang | tar -x -C ROOT`. Each round runs every root once, in a
 fresh process: the best of two serial loops over the scorer's items (`fast`'s 10,000 by
 default, or `medium`'s 1,000), then the best of two `Pool(workers=2, warmup=...)` maps of them,
-and prints the ratio. This VM's speed
-for work on both vCPUs changes from minute to minute, so one full `bench_pool.py` run tells two
-commits apart only by more than that noise; rounds that alternate between them are compared
-under the same conditions. Prints each root's ratios and their median.
+and prints the ratio. This VM's speed for work on both vCPUs changes from minute to minute, so
+one full `bench_pool.py` run tells two commits apart only by more than that noise; rounds that
+alternate between them are compared under the same conditions. Prints each root's ratios and
+their median.
 """
 
 from __future__ import annotations

@@ -431,9 +431,8 @@ def leaves_descriptors(count: int) -> int:
 def leaves_a_c_thread() -> int:
     """Leave a thread running that Python never started (a C library's pool, say): ``pause``
     in a thread of libc's own, which only the kernel's count of threads shows."""
-    libc = ctypes.CDLL(None)
     thread = ctypes.c_ulong()
-    assert libc.pthread_create(ctypes.byref(thread), None, libc.pause, None) == 0
+    assert LIBC.pthread_create(ctypes.byref(thread), None, LIBC.pause, None) == 0
     return os.getpid()
 
 
