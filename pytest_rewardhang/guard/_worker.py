@@ -241,10 +241,11 @@ class _State:  # pragma: no cover - worker only
         self.count = 0
         sys.addaudithook(_audit_hook(self))
 
-    def clean(self, wall: float, alone: bool) -> bool:
+    def clean(self, wall: float, alone: bool, threads: int | None = None) -> bool:
         """Put back what the last item changed; False when the worker must be replaced.
 
-        ``alone``: no Python thread but this one is running.
+        ``alone``: no Python thread but this one is running. ``threads``: the kernel's count
+        of them, where the item's end has read it already.
         """
         # Back to the directory the worker started in, unless it is plainly still there:
         # getcwd() is a system call no audit hook sees, where fchdir() is an audited event
@@ -268,12 +269,12 @@ class _State:  # pragma: no cover - worker only
             return False
         self.count += 1
         if self.dirty or wall > _FULL_AFTER_S or not self.count % _FULL_EVERY:
-            clean = self._full()
+            clean = self._full(threads)
             self.dirty = False  # the check's own reads of /proc are not the item's
             return clean
         return True
 
-    def _full(self) -> bool:
+    def _full(self, threads: int | None = None) -> bool:
         touched, self.env_keys = self.env_keys, set()
         if os.environ._data != self.environ:  # type: ignore[attr-defined]
             os.environ.clear()
@@ -308,7 +309,8 @@ class _State:  # pragma: no cover - worker only
         try:
             if [_identity(fd) for fd in (1, 2)] != self.stdio:
                 return False
-            threads = _procfs.own_threads(1, _THREAD_EXIT_S)
+            if threads is None:
+                threads = _procfs.own_threads(1, _THREAD_EXIT_S)
             opened = _procfs.own_fds()
         except OSError:
             return False
@@ -465,11 +467,13 @@ class _Serve:  # pragma: no cover - worker only
             os._exit(0)  # a child the call forked, returning: it never answers for the worker
         wall = time.perf_counter() - start
         alone = _thread_count() == self.threads
-        if self.state.dirty and _procfs.own_threads(1, _THREAD_EXIT_S) not in (1, None):
-            # A thread that C started (ctypes, a library's pool), which Python does not count,
-            # may fork until it ends, and its children are on its own list until then: one
-            # still running after the full check's wait makes the look below the full walk,
-            # and the worker retires.
+        # The kernel's count, after an audited item: a thread that C started (ctypes, a
+        # library's pool), which Python does not count, may fork until it ends, and its
+        # children are on its own list until then: one still running after the full check's
+        # wait makes the look below the full walk, and the worker retires. With this thread
+        # alone nothing can start another: the full check takes the count as it stands.
+        threads = _procfs.own_threads(1, _THREAD_EXIT_S) if self.state.dirty else None
+        if threads not in (1, None):
             alone = False
         leaked = self._leaked(alone)
         cpu_total = self.cpu_mark = time.process_time()
@@ -482,7 +486,7 @@ class _Serve:  # pragma: no cover - worker only
         # the answer, which says so: the caller then knows the items queued behind never start.
         dirty = self.state.dirty
         try:
-            leaving = not self.state.clean(wall, alone)
+            leaving = not self.state.clean(wall, alone, threads)
         except Exception:  # noqa: BLE001 - e.g. the item closed the saved cwd's descriptor
             leaving = True
         ready = self._ready()
