@@ -1,4 +1,4 @@
-"""Fixtures of the guard's tests: how a pool's workers come to exist."""
+"""Fixtures of the guard's tests: how a pool's workers come to exist, and what contains them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import Pool
+from pytest_rewardhang.guard import Pool, _cgroup
 
 
 class Launch:
@@ -37,3 +37,13 @@ class Launch:
 @pytest.fixture(params=["zygote", "caller"])
 def launch(request: pytest.FixtureRequest) -> Launch:
     return Launch(request.param)
+
+
+@pytest.fixture(params=["cgroups", "subreaper"])
+def containment(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each guarded process in a cgroup of its own, or (cgroups turned off, as where none can
+    be made) found by its subreaper alone: where a group sweeps up what a walk missed, an
+    attack on the walk shows only without it."""
+    if request.param == "subreaper":
+        monkeypatch.setenv(_cgroup.CGROUP_ENV, "0")
+    return str(request.param)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_rewardhang.guard import Pool, Status, _cgroup
+from pytest_rewardhang.guard import Pool, Status
 from pytest_rewardhang.guard._wire import RESULT_LIMIT, RETIRED
 from tests._procs import python_c
 from tests.conftest import assert_dead, dead_or_dying, state
@@ -434,15 +434,10 @@ def test_a_thread_an_item_joined_does_not_retire_its_worker(launch: Launch) -> N
     assert len({out.value for out in outs}) <= 2, "a worker retired"
 
 
-@pytest.mark.parametrize("cgroups", [True, False])
-@pytest.mark.usefixtures("no_leaks")
-def test_a_child_hidden_behind_a_swapped_children_list_is_still_killed(
-    cgroups: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("containment", "no_leaks")
+def test_a_child_hidden_behind_a_swapped_children_list_is_still_killed() -> None:
     # /dev/null at the worker's descriptor for its children list reads as no children: without
     # cgroups (no group to sweep), the item's child slept on beside the items after it.
-    if not cgroups:
-        monkeypatch.setenv(_cgroup.CGROUP_ENV, "0")
     with Pool(swaps_its_workers_descriptor, workers=1, budget=5.0) as pool:
         swapped, after = pool.map([("children",), ("look",)])
         assert swapped.ok, swapped.describe()
@@ -464,19 +459,16 @@ def test_a_swapped_starting_directory_descriptor_moves_no_later_item(tmp_path: P
     assert after.value[0] != swapped.value[0], "the damaged worker was kept"
 
 
-@pytest.mark.parametrize("cgroups", [True, False])
 @pytest.mark.parametrize(
     ("before", "after"),
     [(0.02, 0.0), (0.07, 0.0), (0.02, 0.04)],  # within the worker's wait for threads; past it
 )
-@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.usefixtures("containment", "no_leaks")
 def test_a_child_a_c_thread_forks_after_its_item_returned_is_not_the_next_items(
-    cgroups: bool, before: float, after: float, monkeypatch: pytest.MonkeyPatch
+    before: float, after: float
 ) -> None:
     # The thread forks after the item's answer is built, then ends: its child came to the main
     # thread after the worker had looked for children, and the next item was charged with it.
-    if not cgroups:
-        monkeypatch.setenv(_cgroup.CGROUP_ENV, "0")
     with Pool(forks_from_a_c_thread, workers=1, budget=5.0) as pool:
         forked, look = pool.map([("fork", before, after), ("look",)])
     assert forked.ok, forked.describe()
