@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -96,7 +96,7 @@ class FamilyItem(RewardHangItem):
     def runtest(self) -> None:
         anything = self.check.hangs_on_anything
         if anything is not None and anything[0] != self.family:
-            pytest.skip(f"not run: {self.check.scorer.id}::{anything[0]} failed: {anything[1]}")
+            self._skip(f"not run: {self.check.scorer.id}::{anything[0]} failed: {anything[1]}")
         verdict, results = self._judge()
         self.user_properties += _report.item_properties(
             self.check, self.family, results, verdict, self.growth
@@ -108,12 +108,16 @@ class FamilyItem(RewardHangItem):
             pytest.xfail(message)
         if verdict.kind is Kind.PROBLEM:
             if self.check.problem_reported:  # one failure says it; the other families wait
-                scorer = self.check.scorer
-                pytest.skip(f"{scorer.id} cannot be checked: see its first failed item")
+                self._skip(f"{self.check.scorer.id} cannot be checked: see its first failed item")
             self.check.problem_reported = True
             raise ScorerProblem(message)
         if verdict.kind.fails:
             raise RewardHangFailure(message, hang=verdict.hang)
+
+    def _skip(self, reason: str) -> NoReturn:
+        """Skip this family for its scorer's sake; the JSON report lists it as not run."""
+        self.user_properties += _report.not_run_properties(self.check, self.family, reason)
+        pytest.skip(reason)
 
     def _judge(self) -> tuple[Verdict, list[CaseResult]]:
         """The verdict, and the case results it was reached on."""

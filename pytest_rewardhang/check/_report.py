@@ -39,6 +39,8 @@ PROPERTY = "reward_hang"
 BASELINE_PROPERTY = "reward_hang_baseline"
 #: The item's verdict, for JUnit readers and the terminal's HANG status.
 VERDICT_PROPERTY = "reward_hang_verdict"
+#: A family not run for its scorer's sake (see :func:`not_run_properties`), carried likewise.
+NOT_RUN_PROPERTY = "reward_hang_not_run"
 
 
 #: faulthandler's MAX_FRAME_DEPTH: a deeper stack keeps only its innermost frames.
@@ -370,6 +372,13 @@ def item_properties(
     return properties
 
 
+def not_run_properties(check: ScorerCheck, family: str, reason: str) -> list[tuple[str, object]]:
+    """The ``user_properties`` of an item skipped for its scorer's sake (it hangs on anything,
+    or cannot be checked): the JSON report lists the family under its scorer's ``not_run``."""
+    record = {"id": check.scorer.id, "family": family, "reason": reason}
+    return [(NOT_RUN_PROPERTY, json.dumps(record, sort_keys=True))]
+
+
 def item_record(
     check: ScorerCheck,
     family: str,
@@ -451,9 +460,14 @@ class Summary:
         self.records: list[dict[str, Any]] = []
         #: ``{id, family, entry, comparison?}`` per item that measured a baseline entry.
         self.baselines: list[dict[str, Any]] = []
+        #: ``{id, family, reason}`` per item skipped for its scorer's sake.
+        self.not_run: list[dict[str, Any]] = []
 
     def add(self, record: dict[str, Any]) -> None:
         self.records.append(record)
+
+    def add_not_run(self, record: dict[str, Any]) -> None:
+        self.not_run.append(record)
 
     def add_baseline(self, carried: dict[str, Any]) -> None:
         self.baselines.append(carried)
@@ -503,6 +517,7 @@ class Summary:
                     "style": None,
                     "cases": [],
                     "skipped": 0,
+                    "not_run": [],
                     "verdicts": [],
                     "growth": [],
                 },
@@ -517,6 +532,10 @@ class Summary:
                 entry["known_from"] = record["known_from"]
             if "problem" in record:  # why it could not be checked, as the failure says
                 entry.setdefault("problem", record["problem"])
+        for skipped in sorted(self.not_run, key=lambda r: (r["id"], r["family"])):
+            if skipped["id"] in merged:
+                entry = merged[skipped["id"]]
+                entry["not_run"].append({"family": skipped["family"], "reason": skipped["reason"]})
         for carried in self.baselines:
             if carried["id"] in merged:
                 found = {**carried["entry"], "comparison": carried.get("comparison")}

@@ -18,7 +18,7 @@ from . import _baseline, _changed, _known, _scorers, _source
 from ._checker import HARVESTED, IMPORT_BUDGET_S, SEARCH, ScorerCheck
 from ._items import FamilyItem, RewardHangItem, ScorerNode
 from ._options import Settings, as_dict
-from ._report import BASELINE_PROPERTY, PROPERTY, VERDICT_PROPERTY, Summary
+from ._report import BASELINE_PROPERTY, NOT_RUN_PROPERTY, PROPERTY, VERDICT_PROPERTY, Summary
 from ._scorers import ScorerConfigError, ScorerSpec
 from ._verdict import Kind
 
@@ -229,6 +229,8 @@ class RewardHangSession:
                 self.summary.add(json.loads(str(value)))
             elif name == BASELINE_PROPERTY:
                 self.summary.add_baseline(json.loads(str(value)))
+            elif name == NOT_RUN_PROPERTY:
+                self.summary.add_not_run(json.loads(str(value)))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         controller = self.config.pluginmanager.hasplugin("dsession")  # xdist: workers collect

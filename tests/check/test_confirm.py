@@ -303,6 +303,7 @@ def check_families(pytester: pytest.Pytester, scorer: str) -> pytest.RunResult:
         *fast(deadline=1, max_chars=4096, family=THREE_FAMILIES, confirm=2),
         f"--reward-hang-scorer=scorers.py:{scorer}",
         "-rs",
+        "--reward-hang-json=r.json",
     )
 
 
@@ -325,6 +326,11 @@ def test_a_scorer_that_hangs_on_a_trivial_response_is_confirmed_once(
         # At the scorer's line, as a skip mark's: not at the plugin's.
         ["SKIPPED [[]2[]] scorers.py:*: not run: scorers.sleeps::repetition failed: it hangs on*"]
     )
+    # The JSON report lists the two families not run, and why.
+    not_run = reported(project)["scorers.sleeps"]["not_run"]
+    assert len(not_run) == 2, not_run
+    assert "repetition" not in [entry["family"] for entry in not_run], not_run
+    assert all("it hangs on a trivial response too" in entry["reason"] for entry in not_run)
 
 
 @pytest.mark.slow  # three families' hangs, each confirmed: the slow tier

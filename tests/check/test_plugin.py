@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_rewardhang.check import _declared
-from tests._projects import C_HANG_LINE, SCORERS, XDIST, fast, scorer_args, usage
+from tests._projects import C_HANG_LINE, SCORERS, XDIST, fast, reported, scorer_args, usage
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -283,7 +283,7 @@ def test_bad_scorers_fail_with_a_clear_message(
     project: pytest.Pytester, spec: str, message: str
 ) -> None:
     (project.path / "scorers.py").write_text(SCORERS + "\nSCORE_LIMIT = 3\n")
-    families = ["-k", "repetition or digits-line", "-rs"]
+    families = ["-k", "repetition or digits-line", "-rs", "--reward-hang-json=r.json"]
     result = check(project, f"--reward-hang-scorer={spec}", *families)
     result.assert_outcomes(failed=1, skipped=1)
     result.stdout.fnmatch_lines([message])
@@ -292,6 +292,11 @@ def test_bad_scorers_fail_with_a_clear_message(
     (skip,) = [line for line in result.outlines if line.startswith("SKIPPED")]
     assert skip.endswith("cannot be checked: see its first failed item"), skip
     assert "pytest_rewardhang" not in skip, skip
+    # The JSON report names the family that did not run, and why, as the skip does.
+    (entry,) = reported(project).values()
+    (not_run,) = entry["not_run"]
+    assert not_run["family"] in ("repetition", "digits-line"), not_run
+    assert skip.endswith(not_run["reason"]), (skip, not_run)
 
 
 @pytest.mark.parametrize(
