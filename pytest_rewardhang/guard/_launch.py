@@ -442,6 +442,7 @@ class Zygote:
         self.cage.kill_others(spare=self.pid)
         _treekill.kill_and_reap(self.pid, self.pidfd if self.pidfd >= 0 else None, _REAP_S)
         self.cage.close(until)
+        _quota.remove_left_by(self.pid, until)
         _remove(self.tmpdir)
 
     def close(self) -> None:

@@ -74,6 +74,22 @@ def _remove_abandoned(home: str) -> None:
                 _cgroup.rmdir_when_empty(os.path.join(home, name), None, 0.0)
 
 
+def remove_left_by(maker: int, until: float) -> None:
+    """Remove the v1 groups that ``maker`` (a pool's zygote, reaped now) made below this
+    process's own and left: a worker's, whose last process was still exiting when the zygote
+    closed it, and which the zygote meant to remove at its next call. Waits until ``until``
+    (monotonic) for them to empty; later calls of this process remove what is left then."""
+    if not _cgroup.enabled():
+        return
+    prefix = f"{_cgroup.PREFIX}{maker}-"
+    for home in filter(None, map(_v1_home, _V1)):
+        with contextlib.suppress(OSError):
+            for name in os.listdir(home):
+                path = os.path.join(home, name)
+                if name.startswith(prefix) and not _cgroup.rmdir_when_empty(path, None, until):
+                    _pending.append(path)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

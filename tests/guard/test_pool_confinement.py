@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import Confinement, Pool, Status, _cgroup, _confine, run
+from pytest_rewardhang.guard import Confinement, Pool, Status, _cgroup, _confine, _quota, run
 from tests._procs import assert_dead
 from tests.guard import _confined_items
 from tests.guard.test_confinement import needs
@@ -158,3 +158,19 @@ def test_what_a_pool_cannot_confine_its_items_by_is_said_once(
     assert all(Confinement.PIDS_MAX not in out.confined for out in outs)
     said = [r.getMessage() for r in caplog.records if "pids controller" in r.getMessage()]
     assert len(said) == 1, said
+
+
+def test_a_closed_pool_leaves_no_v1_group_its_zygote_made(isolate: bool) -> None:
+    # A worker's v1 pids group whose last process was still exiting when the zygote closed it
+    # was left behind, its maker dead, until another process's first limited call swept it.
+    home = _quota._v1_home("pids")
+    if home is None or not _cgroup.enabled():
+        pytest.skip("no cgroup v1 pids hierarchy to make groups in here")
+    for _ in range(3):
+        with Pool(ITEM, workers=2, budget=20, isolate=isolate) as pool:
+            pool.map([("quick", i) for i in range(4)])
+            zygote = pool._engine.zygote
+            assert zygote is not None
+            made = f"{_cgroup.PREFIX}{zygote.pid}-"
+        left = [name for name in os.listdir(home) if name.startswith(made)]
+        assert not left, left
