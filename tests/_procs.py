@@ -26,6 +26,12 @@ def children(pid: int | str = "self") -> set[int]:
 
 
 _linger_key: ctypes.c_uint | None = None
+#: libc, with the functions join_a_lingering_thread calls looked up at import, as a scorer's
+#: library does: a pool's warm worker retires after an item that loads a C library or looks a
+#: function up in one.
+_LIBC = ctypes.CDLL(None)
+for _name in ("usleep", "pthread_key_create", "pthread_setspecific"):
+    getattr(_LIBC, _name)
 
 
 def join_a_lingering_thread(linger_s: float) -> None:
@@ -36,15 +42,14 @@ def join_a_lingering_thread(linger_s: float) -> None:
     with the value set, as the thread exits, after Python's ``join`` has returned.
     """
     global _linger_key
-    libc = ctypes.CDLL(None)
     if _linger_key is None:
         key = ctypes.c_uint()
-        destructor = ctypes.cast(libc.usleep, ctypes.c_void_p)
-        assert libc.pthread_key_create(ctypes.byref(key), destructor) == 0
+        destructor = ctypes.cast(_LIBC.usleep, ctypes.c_void_p)
+        assert _LIBC.pthread_key_create(ctypes.byref(key), destructor) == 0
         _linger_key = key
 
     def lingering() -> None:
-        libc.pthread_setspecific(_linger_key, ctypes.c_void_p(int(linger_s * 1e6)))
+        _LIBC.pthread_setspecific(_linger_key, ctypes.c_void_p(int(linger_s * 1e6)))
 
     thread = threading.Thread(target=lingering)
     thread.start()

@@ -1,7 +1,7 @@
 """What a process that forks the guard's processes (a pool's zygote, an isolating worker) hands
 down, that another process of the same user may change from outside it: its resource limits
-(``prlimit``), its nice value and its CPUs. Read once, put back before each fork, so that what
-one item did to its parent reaches no later item.
+(``prlimit``), its nice value, its CPUs and its scheduling policy (``SCHED_IDLE``). Read once,
+put back before each fork, so that what one item did to its parent reaches no later item.
 """
 
 from __future__ import annotations
@@ -12,19 +12,21 @@ import resource
 #: Every resource limit this platform has.
 _RLIMITS = sorted(getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_"))
 
-Inherited = tuple[list[tuple[int, int]], int, set[int]]
+Inherited = tuple[list[tuple[int, int]], int, set[int], tuple[int, os.sched_param]]
 
 
 def read() -> Inherited:  # pragma: no cover - zygote and worker only
     """What this process hands down now."""
     limits = [resource.getrlimit(which) for which in _RLIMITS]
-    return limits, os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0)
+    policy = os.sched_getscheduler(0), os.sched_getparam(0)
+    return limits, os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0), policy
 
 
 def put_back(saved: Inherited) -> bool:  # pragma: no cover - zygote and worker only
     """Put back what was changed of ``saved``; False where it cannot be (a hard limit lowered,
-    or the nice value raised, and this process is not privileged to undo it)."""
-    limits, nice, cpus = saved
+    the nice value raised or the policy changed, and this process is not privileged to undo
+    it)."""
+    limits, nice, cpus, (policy, param) = saved
     try:
         for which, want in zip(_RLIMITS, limits, strict=True):
             if resource.getrlimit(which) != want:
@@ -33,6 +35,8 @@ def put_back(saved: Inherited) -> bool:  # pragma: no cover - zygote and worker 
             os.setpriority(os.PRIO_PROCESS, 0, nice)
         if os.sched_getaffinity(0) != cpus:
             os.sched_setaffinity(0, cpus)
+        if os.sched_getscheduler(0) != policy:
+            os.sched_setscheduler(0, policy, param)
     except (OSError, ValueError):
         return False
     return True

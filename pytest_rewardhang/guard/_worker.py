@@ -164,14 +164,23 @@ _AUDITED = frozenset(
         "open",
         "socket.__new__",
         "ctypes.dlsym",
+        "ctypes.dlsym/handle",
         "ctypes.dlopen",
         "ctypes.call_function",
         "os.fork",
         "os.forkpty",
         "os.posix_spawn",
+        "os.spawn",
+        "os.system",
+        "os.exec",
         "subprocess.Popen",
     }
 )
+#: A C library loaded, or one of its functions looked up, through ctypes: the way to call C
+#: (CPython audits no single foreign call), which may change anything the kernel keeps for the
+#: process (a POSIX timer, a signal's action, a seccomp filter, a namespace, a ``prctl`` flag
+#: such as the subreaper's) where no check can list it all: the worker retires after the item.
+_BENEATH = frozenset({"ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle"})
 #: How long a thread the item joined may take to leave the kernel's count: a thread left
 #: running retires the worker, but one that is only exiting must not.
 _THREAD_EXIT_S = 0.05
@@ -193,6 +202,7 @@ _ENV_EVENTS = frozenset({"os.putenv", "os.unsetenv"})
 _signal_module = importlib.import_module("_signal")
 _getsignal: Callable[[int], Any] = _signal_module.getsignal
 _sigmask: Callable[[int, Any], set[int]] = _signal_module.pthread_sigmask
+_sched_getscheduler: Callable[[int], int] = os.sched_getscheduler
 #: Threads started through _thread and still running, counted in C: see _Serve.threads.
 _thread_count: Callable[[], int] = importlib.import_module("_thread")._count
 
@@ -202,16 +212,19 @@ class _State:  # pragma: no cover - worker only
 
     Per item, cheaply (a few system calls, no /proc): the working directory (``fchdir``,
     after an item that left it), the umask, the signal mask, the three interval timers (the
-    alarm among them), Python threads. After an item that touched what those do not cover (an
-    audited event: ``setrlimit``, ``putenv``, ``open``, ``ctypes``, a fork), or that ran for
-    over a millisecond, and every 64th item: the environment (``os.putenv``'s own too), the
-    resource limits, the niceness and CPU affinity, every signal handler Python knows, the
-    descriptors, fds 0-2 and the threads the kernel counts. What cannot be put back (a thread
-    left running, a hard limit lowered, a niceness raised without the privilege to lower it,
-    over 32 descriptors more than at the start, fd 1 or 2 pointed elsewhere) retires the
+    alarm among them), the scheduling policy, Python threads. After an item that touched what
+    those do not cover (an audited event: ``setrlimit``, ``putenv``, ``open``, ``ctypes``, a
+    fork), or that ran for over a millisecond, and every 64th item: the environment
+    (``os.putenv``'s own too), the resource limits, the niceness and CPU affinity, every signal
+    handler Python knows, the descriptors, fds 0-2, the threads the kernel counts, the user and
+    group ids, the root folder and (Python 3.12 on) the namespaces. What cannot be put back (a
+    thread left running, a hard limit lowered, a niceness raised without the privilege to
+    lower it, over 32 descriptors more than at the start, fd 1 or 2 pointed elsewhere, another
+    scheduling policy, user, root folder or namespace), and a C library loaded or a function
+    looked up in one through ctypes (what a C call changed no check can list), retire the
     worker once its answer is written; the items queued behind go to a fresh one. A quick
-    item's signal handler, or C code's change to what the cheap check does not cover, is put
-    back only at the next full check.
+    item's signal handler, or a C extension's change to what the cheap check does not cover, is
+    put back only at the next full check.
     """
 
     def __init__(self) -> None:
@@ -237,7 +250,11 @@ class _State:  # pragma: no cover - worker only
         self.handlers = {signum: _getsignal(signum) for signum in signal.valid_signals()}
         self.fd_count = _procfs.own_fds()
         self.stdio = [_identity(fd) for fd in (1, 2)]
+        self.identities = _identities()
+        self.policy = _sched_getscheduler(0)
         self.dirty = False
+        #: The item reached C through ctypes (see _BENEATH): the worker retires.
+        self.beneath = False
         self.count = 0
         sys.addaudithook(_audit_hook(self))
 
@@ -265,7 +282,9 @@ class _State:  # pragma: no cover - worker only
         for which in ITIMERS:
             if signal.setitimer(which, 0) != _NO_TIMER:
                 self.dirty = True
-        if not (alone and kept):
+        # SCHED_IDLE, say: one plain call that no audit hook sees starves every later item on
+        # a busy machine, and an unprivileged process may not be allowed to undo it.
+        if not (alone and kept) or _sched_getscheduler(0) != self.policy:
             return False
         self.count += 1
         if self.dirty or wall > _FULL_AFTER_S or not self.count % _FULL_EVERY:
@@ -307,7 +326,7 @@ class _State:  # pragma: no cover - worker only
                 except (OSError, ValueError, TypeError):
                     return False
         try:
-            if [_identity(fd) for fd in (1, 2)] != self.stdio:
+            if [_identity(fd) for fd in (1, 2)] != self.stdio or _identities() != self.identities:
                 return False
             if threads is None:
                 threads = _procfs.own_threads(1, _THREAD_EXIT_S)
@@ -315,6 +334,25 @@ class _State:  # pragma: no cover - worker only
         except OSError:
             return False
         return threads == 1 and opened - self.fd_count <= _SPARE_FDS
+
+
+#: The namespaces an item may enter with a plain call: ``os.unshare`` and ``os.setns`` (Python
+#: 3.12 on) raise no audit event. Before, only ctypes reaches them, and that retires the worker.
+_NAMESPACES = ("mnt", "user", "net") if hasattr(os, "unshare") else ()
+
+
+def _identities() -> tuple[object, ...]:  # pragma: no cover - worker only
+    """What an item may change with a plain call that no audit hook sees, and that cannot
+    always be undone: the user and group ids, the root folder (``chroot``: ``/`` is another
+    folder then), the namespaces of :data:`_NAMESPACES`. A change retires the worker."""
+    root = os.stat("/")
+    return (
+        os.getresuid(),
+        os.getresgid(),
+        os.getgroups(),
+        (root.st_dev, root.st_ino),
+        *(os.readlink(f"/proc/self/ns/{name}") for name in _NAMESPACES),
+    )
 
 
 def _getcwd() -> str | None:  # pragma: no cover - worker only
@@ -338,6 +376,8 @@ def _audit_hook(state: _State) -> Callable[[str, tuple[Any, ...]], None]:  # pra
             state.dirty = True
             if event in _ENV_EVENTS:
                 state.env_keys.add(os.fsencode(args[0]))
+            elif event in _BENEATH:
+                state.beneath = True
         elif event == "os.chdir":
             state.moved = True
 
@@ -461,8 +501,12 @@ class _Serve:  # pragma: no cover - worker only
         start = time.perf_counter()
         frame = call_item(self.fn, item)
         # Pickled before the checks below, as pickling runs the value's __reduce__: code of
-        # the call's, which may change the state, fork or start a thread just as well.
+        # the call's, which may change the state, fork or start a thread just as well. The
+        # value goes then too, for its __del__ is the call's code as well, and would run after
+        # the answer, in the next item's time (a float the frame's header carries has none).
         payload = result_payload(frame)
+        if payload is not None:
+            frame = ()
         if os.getpid() != self.pid:
             os._exit(0)  # a child the call forked, returning: it never answers for the worker
         wall = time.perf_counter() - start
@@ -476,7 +520,6 @@ class _Serve:  # pragma: no cover - worker only
         if threads not in (1, None):
             alone = False
         leaked = self._leaked(alone)
-        cpu_total = self.cpu_mark = time.process_time()
         # The peak only grows during an item that allocates, which takes time: a quick item
         # cannot have moved it far since the last look.
         self.items += 1
@@ -484,13 +527,16 @@ class _Serve:  # pragma: no cover - worker only
             self.max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         # What this item changed that would charge the next one: put back, or retire. Before
         # the answer, which says so: the caller then knows the items queued behind never start.
-        dirty = self.state.dirty
+        dirty, beneath = self.state.dirty, self.state.beneath
         try:
             leaving = not self.state.clean(wall, alone, threads)
         except Exception:  # noqa: BLE001 - e.g. the item closed the saved cwd's descriptor
             leaving = True
         ready = self._ready()
-        leaving = not self._confined(dirty, ready) or leaving or self.damaged
+        leaving = not self._confined(dirty, ready) or leaving or self.damaged or beneath
+        # The CPU the item's leftovers took to clear (a folder of files, say) is its own, not
+        # the next item's, which starts at this mark.
+        cpu_total = self.cpu_mark = time.process_time()
         output, dropped = self._output(ready)
         if self.dropped.count:
             dropped += self.dropped.count

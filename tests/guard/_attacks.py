@@ -55,20 +55,26 @@ def damages_its_descriptors(how: str) -> Any:
 
 def limits_its_zygote(what: str) -> Any:
     """``lower``: lower the limits of the process that forked this one (the zygote, or an
-    isolating worker), renice and re-pin it from outside (as any process of its user may),
+    isolating worker), renice, re-pin and idle it from outside (as any process of its user may),
     then end this process, so that the next item runs in one forked after it;
-    ``lower-and-return``: the same, then return. Anything else: what this process inherited."""
+    ``lower-and-return``: the same, then return; ``idle``: only ``SCHED_IDLE``, which it can
+    undo, then return. Anything else: what this process inherited."""
+    if what == "idle":
+        os.sched_setscheduler(os.getppid(), os.SCHED_IDLE, os.sched_param(0))
+        return "lowered"
     if what.startswith("lower"):
         parent = os.getppid()
         resource.prlimit(parent, resource.RLIMIT_NOFILE, (32, 32))
         resource.prlimit(parent, resource.RLIMIT_AS, (1 << 31, 1 << 31))
         os.setpriority(os.PRIO_PROCESS, parent, 19)
         os.sched_setaffinity(parent, {min(os.sched_getaffinity(0))})
+        os.sched_setscheduler(parent, os.SCHED_IDLE, os.sched_param(0))
         if what == "lower":
             os._exit(1)
         return "lowered"
     limits = [resource.getrlimit(r) for r in (resource.RLIMIT_NOFILE, resource.RLIMIT_AS)]
-    return limits, os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0))
+    policy = os.sched_getscheduler(0)
+    return limits, os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)), policy
 
 
 def kills_its_zygote_or_not(item: str) -> str:
@@ -482,3 +488,108 @@ def crash_every_other(i: int) -> int:
     if i % 2:
         os._exit(3)
     return i
+
+
+class _SigEvent(ctypes.Structure):
+    _fields_ = [
+        ("value", ctypes.c_void_p),
+        ("signo", ctypes.c_int),
+        ("notify", ctypes.c_int),
+        ("pad", ctypes.c_byte * 48),
+    ]
+
+
+class _SigAction(ctypes.Structure):
+    _fields_ = [
+        ("handler", ctypes.c_void_p),
+        ("mask", ctypes.c_ulong * 16),
+        ("flags", ctypes.c_int),
+        ("restorer", ctypes.c_void_p),
+    ]
+
+
+def changes_what_python_does_not_show(what: str, arg: Any = None) -> Any:
+    """Change state of the process that Python's own tables do not show, and return; or
+    ``look``: sleep ``arg`` seconds, then say which worker this is and what it runs with.
+
+    ``posix-timer``: a POSIX timer (``timer_create``, through libc) that sends SIGKILL ``arg``
+    seconds later. ``sigchld-ignored``: SIGCHLD ignored through libc's ``sigaction`` (a child's
+    exit status is then lost: ``subprocess`` reads a failed program as passed). ``sched-idle``:
+    ``SCHED_IDLE``, one plain call. ``nobody``, ``chroot``: the user (as root), the root folder
+    (``arg``), over a millisecond each."""
+    if what in ("posix-timer", "sigchld-ignored"):
+        libc = ctypes.CDLL(None, use_errno=True)  # loaded in the item, as a program would
+    if what == "posix-timer":
+        event = _SigEvent(signo=signal.SIGKILL, notify=0)  # SIGEV_SIGNAL
+        timer = ctypes.c_void_p()
+        assert (
+            libc.timer_create(time.CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(timer)) == 0
+        )
+        due = (ctypes.c_long * 4)(0, 0, 0, int(arg * 1e9))  # it_interval, it_value (ns)
+        assert libc.timer_settime(timer, 0, due, None) == 0
+    elif what == "sigchld-ignored":
+        assert libc.sigaction(signal.SIGCHLD, ctypes.byref(_SigAction(handler=1)), None) == 0
+    elif what == "sched-idle":
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    elif what == "nobody":
+        time.sleep(0.002)
+        os.setgroups([])
+        os.setresgid(65534, 65534, 65534)
+        os.setresuid(65534, 65534, 65534)
+    elif what == "chroot":
+        time.sleep(0.002)
+        os.chroot(arg)
+    elif what == "look":
+        time.sleep(arg)
+        child = os.fork()
+        if not child:
+            os._exit(7)
+        try:
+            exited: Any = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+        except ChildProcessError:
+            exited = "reaped unseen"
+        root = os.stat("/")
+        return (
+            os.getpid(),
+            os.sched_getscheduler(0),
+            os.getuid(),
+            (root.st_dev, root.st_ino),
+            exited,
+        )
+    return what
+
+
+class Finalized:
+    """A returned value whose finalizer is the call's code too: it burns ``burn_s`` of CPU, or
+    (``fork``) leaves a sleeping child behind."""
+
+    def __init__(self, burn_s: float = 0.0, fork: bool = False) -> None:
+        self.burn_s = burn_s
+        self.fork = fork
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (str, ("finalized",))
+
+    def __del__(self) -> None:
+        if self.fork and not os.fork():
+            time.sleep(3600)
+            os._exit(0)
+        end = time.process_time() + self.burn_s
+        while time.process_time() < end:
+            pass
+
+
+def returns_a_finalized_value(what: str, arg: Any = None) -> Any:
+    """``burns``: a value whose finalizer burns ``arg`` seconds of CPU; ``forks``: one whose
+    finalizer leaves a child; ``litter``: leave ``arg`` files in the temporary folder; anything
+    else: this process's pid and its CPU seconds so far."""
+    if what == "burns":
+        return Finalized(burn_s=arg)
+    if what == "forks":
+        return Finalized(fork=True)
+    if what == "litter":
+        folder = tempfile.mkdtemp()
+        for i in range(arg):
+            open(os.path.join(folder, str(i)), "w").close()
+        return folder
+    return os.getpid()

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from tests.guard._attacks import (
     BigCallable,
     Unpicklable,
     attack,
+    changes_what_python_does_not_show,
     damages_its_descriptors,
     exits_with,
     forks_from_a_c_thread,
@@ -38,6 +40,7 @@ from tests.guard._attacks import (
     near_deadline,
     orphan_then_crash,
     quick,
+    returns_a_finalized_value,
     swaps_its_workers_descriptor,
 )
 from tests.guard.conftest import Launch
@@ -120,14 +123,15 @@ def test_an_item_that_damages_its_workers_descriptors_costs_only_itself(
 
 
 @pytest.mark.parametrize("isolate", [False, True])
-@pytest.mark.parametrize("how", ["lower", "lower-and-return"])
+@pytest.mark.parametrize("how", ["lower", "lower-and-return", "idle"])
 @pytest.mark.usefixtures("no_leaks")
 def test_an_item_that_lowers_its_forkers_limits_charges_no_later_item(
     launch: Launch, how: str, isolate: bool
 ) -> None:
-    # Every process forked after it inherited the limits, nice value and CPUs the item gave
-    # the process that forks them: the zygote (every later worker), or an isolating worker
-    # (every later item). Each puts them back before its next fork, or is replaced.
+    # Every process forked after it inherited the limits, nice value, CPUs and scheduling
+    # policy the item gave the process that forks them: the zygote (every later worker), or an
+    # isolating worker (every later item). Each puts them back before its next fork, or is
+    # replaced.
     with launch.pool(limits_its_zygote, workers=1, budget=10.0, isolate=isolate) as pool:
         [before] = pool.map([("look",)])
         [lowered] = pool.map([(how,)])
@@ -708,3 +712,61 @@ def test_a_flooded_result_pipe_holds_the_pool_to_the_result_bound(kind: str) -> 
     status, after, again, grown = done.stdout.split()
     assert (status, after, again) == ("crashed", "set", "set"), done.stdout
     assert int(grown) < 2 * (RESULT_LIMIT >> 20) + 64, f"the caller grew by {grown} MiB"
+
+
+@pytest.mark.parametrize(
+    ("what", "arg"),
+    [
+        ("posix-timer", 0.3),  # fires in the next item, which sleeps 0.6 s
+        ("sigchld-ignored", None),
+        ("sched-idle", None),
+        ("nobody", None),
+        ("chroot", None),
+    ],
+)
+@pytest.mark.usefixtures("no_leaks")
+def test_what_an_item_changes_that_python_does_not_show_reaches_no_later_item(
+    what: str, arg: Any, tmp_path: Path
+) -> None:
+    # Each reached the items after it in the same worker: the timer (setitimer's three were
+    # all the worker reset) killed the next one, a libc sigaction made a failed program read as
+    # passed (its exit status lost), SCHED_IDLE starved them. A C library reached through
+    # ctypes, or a policy, user or root folder not the worker's own, retires it.
+    if what in ("nobody", "chroot") and os.geteuid() != 0:
+        pytest.skip("changing the user or the root folder needs root")
+    if what == "chroot":
+        arg = str(tmp_path)
+    with Pool(changes_what_python_does_not_show, workers=1, budget=5.0) as pool:
+        before, changed, after = pool.map([("look", 0.0), (what, arg), ("look", 0.6)])
+    assert changed.ok, changed.describe()
+    assert after.ok, after.describe()
+    assert after.value[1:] == before.value[1:], (before.value, after.value)
+    assert after.value[1:][-1] == 7, after.value  # the child's exit status
+    assert after.value[0] != before.value[0], "the changed worker was kept"
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_returned_values_finalizer_runs_in_its_own_items_time() -> None:
+    # It ran after the answer, in the next item's time: a finalizer that burned 1.5 s made the
+    # next item a timeout, one that forked charged the next item with its child.
+    with Pool(returns_a_finalized_value, workers=1, budget=1.0, objects=True) as pool:
+        burned, after_burn, forked, after_fork = pool.map(
+            [("burns", 1.5), ("look",), ("forks",), ("look",)]
+        )
+    assert burned.status is Status.TIMEOUT, burned.describe()
+    assert after_burn.ok, after_burn.describe()
+    assert forked.ok, forked.describe()
+    assert forked.leaked == 1, forked.describe()
+    assert after_fork.ok, after_fork.describe()
+    assert after_fork.leaked == 0, after_fork.describe()
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_the_cpu_an_items_leftovers_take_to_clear_is_its_own() -> None:
+    # The worker empties the temporary folder an item left files in: that CPU was the next
+    # item's, which did nothing and read a tenth of a second.
+    with Pool(returns_a_finalized_value, workers=1, budget=30.0) as pool:
+        _, littered, after = pool.map([("look",), ("litter", 20_000), ("look",)])
+    assert littered.ok, littered.describe()
+    assert after.ok, after.describe()
+    assert after.cpu_s < 0.02 < littered.cpu_s, (littered.cpu_s, after.cpu_s)
