@@ -1,7 +1,7 @@
 """What guarding costs, each figure a ratio to its unguarded reference measured in the same run.
 
 Run: .venv/bin/python benchmarks/bench_overhead.py [--quick [--steps] [--profile]] [--rounds N]
-     [--only pool,run,isolate]
+     [--only pool,run,timeline,isolate]
 
 Three comparisons, each in rounds that take turns between the peers (the order reversed every
 other round), so that the speed of a shared VM, which changes from minute to minute, is the same
@@ -19,6 +19,9 @@ for all of them; every ratio is the median of the rounds' own ratios:
   ``waitpid``\\ s), containment on: what this process's calls get by default. The full run
   (or ``--quick --steps``) adds rows with one step of ``run()`` taken out at a time, then all
   of them (patched in this process, for the measurement only): what each step costs.
+- ``timeline``: where the wall time of one trivial ``run()`` goes, each step stamped as it
+  starts and ends in the caller and in the child (one clock for both), beside the bare fork's:
+  which steps the caller waits through, and which overlap the child's own start.
 - ``isolate``: ``Pool(workers=1, isolate=True).map``, a process per item, against the same bare
   fork per item, and a fork per call polled every 50 ms (NeMo Gym's way).
 
@@ -378,6 +381,146 @@ def run_section(rounds: int, quick: bool, steps: bool) -> float:
     return statistics.median(ratios(times, "`guard.run`, containment on", bare))
 
 
+# --- timeline --------------------------------------------------------------------------------
+
+#: run()'s steps stamped by :func:`stamped`: (module, owner's name or "", attribute, label).
+#: In the order they run; the child's rows are those whose label starts "child:".
+TIMELINE = (
+    ("_contain", "_Cgroups", "call", "caller: its cgroup made (`mkdir`, its caps)"),
+    ("_quota", "Quota", "make", "caller: its pids group made (v1 here)"),
+    ("os", "", "fork", "caller: `os.fork()` (until it returns in the caller)"),
+    ("_fork", "_Call", "_wait_until", "caller: waits for the answer and the exit (`poll`)"),
+    ("_contain", "_GroupCage", "enter", "child: joins its cgroup"),
+    ("_quota", "Quota", "join", "child: joins its pids group"),
+    ("_confine", "Plan", "enter", "child: its mount namespace (private `/dev/shm`, TMPDIR)"),
+    ("_child", "", "_redirect_stdio", "child: stdio onto the output pipe (three file objects)"),
+    ("_child", "", "setup_child", "child: stdio and the stack dump armed (faulthandler)"),
+    ("_child", "", "call", "child: the call"),
+    ("_child", "", "childless", "child: anything left below it? (`/proc`)"),
+    ("_child", "", "write_all", "child: the answer written"),
+    ("_reap", "", "reap_within", "caller: reaps it"),
+    ("_fork", "_Call", "_outcome", "caller: the `Outcome` built"),
+    ("_contain", "_GroupCage", "close", "caller: its cgroup removed"),
+    ("_quota", "Quota", "close", "caller: its pids group removed"),
+)
+
+
+@contextlib.contextmanager
+def stamped(folder: str) -> Iterator[list[tuple[str, float, float]]]:
+    """run()'s steps of :data:`TIMELINE` stamped (label, start, end; ``perf_counter``, one
+    clock for all processes) into the list yielded, in the caller; each child writes its own
+    to ``folder`` as it writes its answer (its last step before ``_exit``). Patched here, for
+    the measurement only: each stamp costs a few µs of its own."""
+    from pytest_rewardhang.guard import _child, _confine, _contain, _fork, _quota, _reap
+
+    guard = (_child, _confine, _contain, _fork, _quota, _reap)
+    modules = {module.__name__.rpartition(".")[2]: module for module in guard}
+    modules["os"] = os
+    stamps: list[tuple[str, float, float]] = []
+    saved: list[tuple[object, str, Any]] = []
+    for module, owner_name, attr, label in TIMELINE:
+        owner = getattr(modules[module], owner_name) if owner_name else modules[module]
+        original = getattr(owner, attr)
+
+        def stamp(*args: Any, _f: Any = original, _label: str = label, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return _f(*args, **kwargs)
+            finally:
+                stamps.append((_label, start, time.perf_counter()))
+                if _label.endswith("the answer written"):  # the child's last step
+                    with open(os.path.join(folder, str(os.getpid())), "wb") as f:
+                        pickle.dump(stamps, f)
+
+        saved.append((owner, attr, original))
+        setattr(owner, attr, stamp)
+    try:
+        yield stamps
+    finally:
+        for owner, attr, original in reversed(saved):
+            setattr(owner, attr, original)
+
+
+def bare_stamped(fn: Callable[..., Any], args: tuple[Any, ...]) -> list[tuple[str, float, float]]:
+    """:func:`_procs.forked`, stamped as :func:`stamped` stamps run()."""
+    read, write = os.pipe()
+    answer_r, answer_w = os.pipe()
+    start = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            began = time.perf_counter()
+            os.write(write, pickle.dumps(fn(*args)))
+            os.write(answer_w, pickle.dumps((began, time.perf_counter())))
+        finally:
+            os._exit(0)
+    forked = time.perf_counter()
+    os.close(write)
+    os.close(answer_w)
+    data = b""
+    while chunk := os.read(read, 1 << 16):
+        data += chunk
+    closed = time.perf_counter()
+    os.waitpid(pid, 0)
+    reaped = time.perf_counter()
+    began, wrote = pickle.loads(os.read(answer_r, 1 << 16))
+    os.close(read)
+    os.close(answer_r)
+    pickle.loads(data)
+    return [
+        ("caller: `os.fork()` (until it returns in the caller)", start, forked),
+        ("child: the call and its answer written", began, wrote),
+        ("caller: reads the pipe to its end (the child's exit closes it)", forked, closed),
+        ("caller: reaps it", closed, reaped),
+    ]
+
+
+def timeline_section(calls: int) -> None:
+    """Where the wall time of one trivial ``run()`` goes, step by step in the caller and in the
+    child, beside the bare fork's: each step's start (from the call's) and length, medians."""
+
+    def table(title: str, per_call: list[list[tuple[str, float, float]]]) -> None:
+        rows: dict[str, list[tuple[float, float]]] = {}
+        for stamps in per_call:
+            for label, start, end in stamps[1:]:
+                since = (start - stamps[0][1]) * 1e6
+                rows.setdefault(label, []).append((since, (end - start) * 1e6))
+        print(f"{title}\n")
+        print("| step | starts at µs, median | takes µs, median |")
+        print("| --- | ---: | ---: |")
+        ordered = sorted(rows.items(), key=lambda row: statistics.median(s for s, _ in row[1]))
+        for label, pairs in ordered:
+            starts = statistics.median(s for s, _ in pairs)
+            print(f"| {label} | {starts:,.0f} | {statistics.median(t for _, t in pairs):,.0f} |")
+        print()
+
+    print(f"### Where a trivial call's wall time goes: {calls} calls each\n")
+    for i in range(10):
+        bare_stamped(trivial, (i,))
+    bare = []
+    for i in range(calls):
+        start = time.perf_counter()
+        stamps = bare_stamped(trivial, (i,))
+        end = time.perf_counter()
+        bare.append([("call", start, start), *stamps, ("returns", end, end)])
+    table("bare fork + pipe + `waitpid`:", bare)
+    guarded = []
+    with tempfile.TemporaryDirectory() as folder, stamped(folder) as stamps:
+        for i in range(10 + calls):
+            stamps.clear()
+            start = time.perf_counter()
+            out = run(trivial, (i,), budget=5.0)
+            end = time.perf_counter()
+            assert out.ok, out.describe()
+            (child,) = os.listdir(folder)
+            with open(os.path.join(folder, child), "rb") as f:
+                theirs = [s for s in pickle.load(f) if s[0].startswith("child:")]
+            os.unlink(os.path.join(folder, child))
+            if i >= 10:  # the first ones warm up
+                guarded.append([("call", start, start), *stamps, *theirs, ("returns", end, end)])
+    table("`guard.run`, containment on (each stamp costs a few µs of its own):", guarded)
+
+
 # --- isolate ---------------------------------------------------------------------------------
 
 
@@ -478,18 +621,21 @@ def resident_mib() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / (1 << 20)
 
 
+SECTIONS = ("pool", "run", "timeline", "isolate")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--rounds", type=int, help="rounds per comparison (default 9; 5 quick)")
-    parser.add_argument("--only", default="pool,run,isolate", help="comma-separated sections")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     parser.add_argument("--steps", action="store_true", help="run()'s steps out (--quick: off)")
     parser.add_argument("--profile", action="store_true", help="the profile (--quick: off)")
     args = parser.parse_args()
     rounds = args.rounds or (5 if args.quick else 9)
     sections = set(args.only.split(","))
-    if not sections <= {"pool", "run", "isolate"}:
-        parser.error(f"--only: unknown section(s) {sorted(sections - {'pool', 'run', 'isolate'})}")
+    if not sections <= set(SECTIONS):
+        parser.error(f"--only: unknown section(s) {sorted(sections - set(SECTIONS))}")
     started = time.monotonic()
     print(
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, uid {os.getuid()},"
@@ -504,6 +650,8 @@ def main() -> None:
     if "run" in sections:
         steps = args.steps or not args.quick
         summary.append(f"run/bare fork: {run_section(rounds, args.quick, steps):.2f}x")
+    if "timeline" in sections:
+        timeline_section(20 if args.quick else 200)
     if "isolate" in sections:
         x_bare, x_polled = isolate_section(rounds, args.quick)
         summary.append(f"isolate/bare fork: {x_bare:.2f}x")
