@@ -28,6 +28,9 @@ def _libc() -> ctypes.CDLL | None:
 
 #: The C library, for the calls this module does not wrap (:mod:`._confine`'s).
 libc = _libc
+#: Drop the handle (and the functions looked up on it): a pool's warm worker does, before its
+#: first item, so that no item finds them already looked up.
+forget = _libc.cache_clear
 
 
 def prepare() -> None:

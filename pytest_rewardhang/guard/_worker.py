@@ -7,6 +7,7 @@ is running and since when: a crash or a kill loses exactly the current item and 
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import io
 import mmap
@@ -20,11 +21,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _confine, _contain, _procfs, _reap, _walkkill
+from . import _confine, _contain, _libc, _procfs, _reap, _walkkill
 from ._child import call, setup_child
 from ._outcome import UNREADABLE_ITEMS, NotStarted, Status
 from ._wire import (
     CHUNK,
+    DUMP_SIGNAL,
     FENCE,
     OUTPUT_LIMIT,
     RETIRED,
@@ -162,6 +164,9 @@ _AUDITED = frozenset(
         "os.putenv",
         "os.unsetenv",
         "open",
+        "gc.get_objects",  # the worker's own objects, within reach: its descriptors, say
+        "gc.get_referrers",
+        "gc.get_referents",
         "socket.__new__",
         "ctypes.dlsym",
         "ctypes.dlsym/handle",
@@ -203,6 +208,16 @@ _signal_module = importlib.import_module("_signal")
 _getsignal: Callable[[int], Any] = _signal_module.getsignal
 _sigmask: Callable[[int, Any], set[int]] = _signal_module.pthread_sigmask
 _sched_getscheduler: Callable[[int], int] = os.sched_getscheduler
+_set_wakeup_fd: Callable[[int], int] = signal.set_wakeup_fd
+#: The signals an item may have faulthandler dump on (``faulthandler.register``, no audit
+#: event), to a descriptor of the worker's (its result pipe) for every later item: all but the
+#: fatal ones (faulthandler.enable's own) and the worker's stack dump, which it registers again.
+_FAULT_SIGNALS = tuple(
+    int(signum)
+    for signum in signal.valid_signals()
+    if signum not in (signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGBUS, signal.SIGILL)
+    and signum not in (signal.SIGKILL, signal.SIGSTOP, DUMP_SIGNAL)
+)
 #: Threads started through _thread and still running, counted in C: see _Serve.threads.
 _thread_count: Callable[[], int] = importlib.import_module("_thread")._count
 
@@ -212,22 +227,26 @@ class _State:  # pragma: no cover - worker only
 
     Per item, cheaply (a few system calls, no /proc): the working directory (``fchdir``,
     after an item that left it), the umask, the signal mask, the three interval timers (the
-    alarm among them), the scheduling policy, Python threads. After an item that touched what
-    those do not cover (an audited event: ``setrlimit``, ``putenv``, ``open``, ``ctypes``, a
-    fork), or that ran for over a millisecond, and every 64th item: the environment
-    (``os.putenv``'s own too), the resource limits, the niceness and CPU affinity, every signal
-    handler Python knows, the descriptors, fds 0-2, the threads the kernel counts, the user and
-    group ids, the root folder and (Python 3.12 on) the namespaces. What cannot be put back (a
-    thread left running, a hard limit lowered, a niceness raised without the privilege to
-    lower it, over 32 descriptors more than at the start, fd 1 or 2 pointed elsewhere, another
-    scheduling policy, user, root folder or namespace), and a C library loaded or a function
+    alarm among them), Python's signal wakeup descriptor, the scheduling policy, Python
+    threads. After an item that touched what those do not cover (an audited event:
+    ``setrlimit``, ``putenv``, ``open``, ``ctypes``, a fork), or that ran for over a
+    millisecond, and every 64th item: the environment (``os.putenv``'s own too) and the C
+    library's time zone, the resource limits, the niceness and CPU affinity, every signal
+    handler Python knows and faulthandler's registrations, the descriptors, fds 0-2, the
+    threads the kernel counts, the user and group ids, the root folder and (Python 3.12 on) the
+    namespaces. What cannot be put back (a thread left running, a hard limit lowered, a
+    niceness raised without the privilege to lower it, over 32 descriptors more than at the
+    start, fd 0, 1 or 2 pointed elsewhere, another scheduling policy, user, root folder or
+    namespace), and a C library loaded or a function
     looked up in one through ctypes (what a C call changed no check can list), retire the
     worker once its answer is written; the items queued behind go to a fresh one. A quick
     item's signal handler, or a C extension's change to what the cheap check does not cover, is
     put back only at the next full check.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stack_w: int) -> None:
+        #: Where faulthandler writes the stack dump the caller asks for.
+        self.stack_w = stack_w
         self.cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.cwd_id = _identity(self.cwd)
         self.cwd_path = _getcwd()
@@ -249,9 +268,12 @@ class _State:  # pragma: no cover - worker only
         }
         self.handlers = {signum: _getsignal(signum) for signum in signal.valid_signals()}
         self.fd_count = _procfs.own_fds()
-        self.stdio = [_identity(fd) for fd in (1, 2)]
+        self.stdio = [_identity(fd) for fd in (0, 1, 2)]
         self.identities = _identities()
         self.policy = _sched_getscheduler(0)
+        self.wakeup = _set_wakeup_fd(-1)
+        _set_wakeup_fd(self.wakeup)
+        self.zone = _zone()
         self.dirty = False
         #: The item reached C through ctypes (see _BENEATH): the worker retires.
         self.beneath = False
@@ -282,8 +304,12 @@ class _State:  # pragma: no cover - worker only
         for which in ITIMERS:
             if signal.setitimer(which, 0) != _NO_TIMER:
                 self.dirty = True
-        # SCHED_IDLE, say: one plain call that no audit hook sees starves every later item on
-        # a busy machine, and an unprivileged process may not be allowed to undo it.
+        # One plain call each that no audit hook sees: a wakeup descriptor left set (the result
+        # pipe, say) gets a byte at every later item's signal, and is put back; SCHED_IDLE
+        # starves every later item on a busy machine, and an unprivileged process may not be
+        # allowed to undo it.
+        if _set_wakeup_fd(self.wakeup) != self.wakeup:
+            self.dirty = True
         if not (alone and kept) or _sched_getscheduler(0) != self.policy:
             return False
         self.count += 1
@@ -305,6 +331,13 @@ class _State:  # pragma: no cover - worker only
             else:
                 os.unsetenv(name)
         self.env_keys.clear()  # the puts above went through the audit hook too: not the item's
+        if _zone() != self.zone:  # time.tzset() under another TZ: the C library keeps the zone
+            time.tzset()
+        # A dump an item had faulthandler make on a signal (no audit event) is undone, and the
+        # worker's own stack dump registered again, whatever the item put there.
+        for signum in _FAULT_SIGNALS:
+            faulthandler.unregister(signum)
+        faulthandler.register(DUMP_SIGNAL, file=self.stack_w, all_threads=True, chain=False)
         try:
             if os.getpriority(os.PRIO_PROCESS, 0) != self.nice:
                 os.setpriority(os.PRIO_PROCESS, 0, self.nice)
@@ -326,7 +359,9 @@ class _State:  # pragma: no cover - worker only
                 except (OSError, ValueError, TypeError):
                     return False
         try:
-            if [_identity(fd) for fd in (1, 2)] != self.stdio or _identities() != self.identities:
+            if [
+                _identity(fd) for fd in (0, 1, 2)
+            ] != self.stdio or _identities() != self.identities:
                 return False
             if threads is None:
                 threads = _procfs.own_threads(1, _THREAD_EXIT_S)
@@ -339,6 +374,11 @@ class _State:  # pragma: no cover - worker only
 #: The namespaces an item may enter with a plain call: ``os.unshare`` and ``os.setns`` (Python
 #: 3.12 on) raise no audit event. Before, only ctypes reaches them, and that retires the worker.
 _NAMESPACES = ("mnt", "user", "net") if hasattr(os, "unshare") else ()
+
+
+def _zone() -> tuple[object, ...]:
+    """The time zone as the C library last read it (``time.tzset`` sets these)."""
+    return time.timezone, time.altzone, time.daylight, time.tzname
 
 
 def _identities() -> tuple[object, ...]:  # pragma: no cover - worker only
@@ -462,7 +502,11 @@ class _Serve:  # pragma: no cover - worker only
         #: before it looks for that item's answer: see :meth:`_one`. Read as a native integer
         #: through a view, without a struct call.
         self.fence = memoryview(fence).cast("Q")
-        self.state = _State()
+        # The guard's own handle on the C library, its functions looked up already, goes: an
+        # item that calls C must load it (or look a function up) itself, which retires its
+        # worker (see _BENEATH).
+        _libc.forget()
+        self.state = _State(stack_w)
 
     def loop(self) -> None:
         while True:

@@ -514,23 +514,37 @@ def changes_what_python_does_not_show(what: str, arg: Any = None) -> Any:
 
     ``posix-timer``: a POSIX timer (``timer_create``, through libc) that sends SIGKILL ``arg``
     seconds later. ``sigchld-ignored``: SIGCHLD ignored through libc's ``sigaction`` (a child's
-    exit status is then lost: ``subprocess`` reads a failed program as passed). ``sched-idle``:
-    ``SCHED_IDLE``, one plain call. ``nobody``, ``chroot``: the user (as root), the root folder
-    (``arg``), over a millisecond each."""
+    exit status is then lost: ``subprocess`` reads a failed program as passed). ``slack``: a
+    timer slack of 0.2 s, through the guard's own handle on libc. ``sched-idle``: ``SCHED_IDLE``,
+    one plain call. ``wakeup``: the worker's result pipe as Python's signal wakeup descriptor.
+    Over a millisecond each (the worker's full check): ``nobody``, ``chroot``: the user (as
+    root), the root folder (``arg``); ``dump-on-sigchld``: faulthandler dumping onto the result
+    pipe at each SIGCHLD; ``stdin``: a pipe holding 66 bytes at fd 0; ``zone``: the C library's
+    time zone nine hours east, the environment as it was."""
     if what in ("posix-timer", "sigchld-ignored"):
         libc = ctypes.CDLL(None, use_errno=True)  # loaded in the item, as a program would
     if what == "posix-timer":
         event = _SigEvent(signo=signal.SIGKILL, notify=0)  # SIGEV_SIGNAL
         timer = ctypes.c_void_p()
-        assert (
-            libc.timer_create(time.CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(timer)) == 0
-        )
+        clock = time.CLOCK_MONOTONIC
+        assert libc.timer_create(clock, ctypes.byref(event), ctypes.byref(timer)) == 0
         due = (ctypes.c_long * 4)(0, 0, 0, int(arg * 1e9))  # it_interval, it_value (ns)
         assert libc.timer_settime(timer, 0, due, None) == 0
     elif what == "sigchld-ignored":
         assert libc.sigaction(signal.SIGCHLD, ctypes.byref(_SigAction(handler=1)), None) == 0
+    elif what == "slack":
+        from pytest_rewardhang.guard import _libc
+
+        guards = _libc.libc()
+        assert guards is not None
+        assert guards.prctl(29, 200_000_000, 0, 0, 0) == 0  # PR_SET_TIMERSLACK
     elif what == "sched-idle":
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    elif what == "wakeup":
+        result_w = serving()[0].result_w
+        os.set_blocking(result_w, False)
+        signal.set_wakeup_fd(result_w)
+        os.set_blocking(result_w, True)
     elif what == "nobody":
         time.sleep(0.002)
         os.setgroups([])
@@ -539,24 +553,50 @@ def changes_what_python_does_not_show(what: str, arg: Any = None) -> Any:
     elif what == "chroot":
         time.sleep(0.002)
         os.chroot(arg)
+    elif what == "dump-on-sigchld":
+        time.sleep(0.002)
+        faulthandler.register(signal.SIGCHLD, file=serving()[0].result_w, chain=False)
+    elif what == "stdin":
+        time.sleep(0.002)
+        os.close(0)
+        read, write = os.pipe()
+        assert read == 0, read
+        os.write(write, b"x" * 66)
+        os.close(write)
+    elif what == "zone":
+        os.environ["TZ"] = "XXX-9"
+        time.tzset()
+        del os.environ["TZ"]
     elif what == "look":
-        time.sleep(arg)
-        child = os.fork()
-        if not child:
-            os._exit(7)
-        try:
-            exited: Any = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
-        except ChildProcessError:
-            exited = "reaped unseen"
-        root = os.stat("/")
-        return (
-            os.getpid(),
-            os.sched_getscheduler(0),
-            os.getuid(),
-            (root.st_dev, root.st_ino),
-            exited,
-        )
+        return _look(arg)
     return what
+
+
+def _look(sleep_s: float) -> tuple[Any, ...]:
+    """What :func:`changes_what_python_does_not_show` changes, as an item finds it: after a
+    signal its Python handler catches, and a child's exit."""
+    time.sleep(sleep_s)
+    signal.signal(signal.SIGALRM, lambda *_: None)  # a byte at the wakeup descriptor, if any
+    signal.setitimer(signal.ITIMER_REAL, 0.001)
+    time.sleep(0.01)
+    child = os.fork()
+    if not child:
+        os._exit(7)
+    try:
+        exited: Any = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    except ChildProcessError:
+        exited = "reaped unseen"
+    root = os.stat("/")
+    with open("/proc/self/timerslack_ns") as f:
+        slack = int(f.read())
+    os.set_blocking(0, False)
+    try:
+        stdin = len(os.read(0, 100))
+    except BlockingIOError:
+        stdin = -1
+    ids = (os.getuid(), (root.st_dev, root.st_ino))
+    zone = time.localtime(0).tm_hour
+    return os.getpid(), os.sched_getscheduler(0), *ids, slack, stdin, zone, exited
 
 
 class Finalized:
