@@ -237,11 +237,11 @@ class _State:  # pragma: no cover - worker only
     namespaces. What cannot be put back (a thread left running, a hard limit lowered, a
     niceness raised without the privilege to lower it, over 32 descriptors more than at the
     start, fd 0, 1 or 2 pointed elsewhere, another scheduling policy, user, root folder or
-    namespace), and a C library loaded or a function
-    looked up in one through ctypes (what a C call changed no check can list), retire the
-    worker once its answer is written; the items queued behind go to a fresh one. A quick
-    item's signal handler, or a C extension's change to what the cheap check does not cover, is
-    put back only at the next full check.
+    namespace), and a C library loaded or a function looked up in one through ctypes (what a C
+    call changed no check can list), retire the worker once its answer is written; the items
+    queued behind go to a fresh one. A quick item's signal handler or faulthandler
+    registration, or a C extension's change to what the cheap check does not cover, is put back
+    only at the next full check.
     """
 
     def __init__(self, stack_w: int) -> None:
