@@ -239,7 +239,7 @@ def _can_join(path: str) -> bool:
         return False
     finally:
         os.close(procs)
-        _remove(probe, time.monotonic() + _reap.REAP_WAIT_S)
+        remove(probe, time.monotonic() + _reap.REAP_WAIT_S)
 
 
 def _start_keeper(path: str) -> bool:
@@ -533,7 +533,7 @@ class Group:
         # Once struck, counted already: what is left is dying (and one that has just taken
         # its SIGKILL off its pending set would look alive for a moment).
         leaked = 0 if self.killed else self.kill()
-        if not _remove(self.path, until):
+        if not remove(self.path, until):
             _pending.append(self.path)
         return leaked
 
@@ -557,8 +557,10 @@ def rmdir_when_empty(name: str, dir_fd: int | None, until: float) -> bool:
                 return False
 
 
-def _remove(path: str, until: float) -> bool:
-    """Remove ``path`` and the groups below it once they are empty, waiting until ``until``."""
+def remove(path: str, until: float) -> bool:
+    """Remove ``path`` and the groups below it once they are empty, waiting until ``until``
+    (monotonic); False if some are not empty by then. A group a nested guard made below another
+    holds the one above it (``rmdir`` refuses a folder with a folder in it)."""
     with contextlib.suppress(OSError):
         for _, folders, _, fd in os.fwalk(path, topdown=False):
             for folder in folders:
@@ -570,6 +572,6 @@ def _remove(path: str, until: float) -> bool:
 def _sweep() -> None:
     """Remove, without waiting, the groups that were not empty yet when they were closed."""
     for path in list(_pending):
-        if _remove(path, 0.0):
+        if remove(path, 0.0):
             with contextlib.suppress(ValueError):
                 _pending.remove(path)

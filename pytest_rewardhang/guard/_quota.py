@@ -71,7 +71,7 @@ def _remove_abandoned(home: str) -> None:
         for name in os.listdir(home):
             maker = name[len(_cgroup.PREFIX) :].partition("-")[0]
             if name.startswith(_cgroup.PREFIX) and maker.isdigit() and not _alive(int(maker)):
-                _cgroup.rmdir_when_empty(os.path.join(home, name), None, 0.0)
+                _cgroup.remove(os.path.join(home, name), 0.0)
 
 
 def remove_left_by(maker: int, until: float) -> None:
@@ -86,7 +86,7 @@ def remove_left_by(maker: int, until: float) -> None:
         with contextlib.suppress(OSError):
             for name in os.listdir(home):
                 path = os.path.join(home, name)
-                if name.startswith(prefix) and not _cgroup.rmdir_when_empty(path, None, until):
+                if name.startswith(prefix) and not _cgroup.remove(path, until):
                     _pending.append(path)
 
 
@@ -183,12 +183,12 @@ class Quota:
         except OSError:
             return False
         if not _write(os.path.join(path, limit), value):
-            _cgroup.rmdir_when_empty(path, None, 0.0)
+            _cgroup.remove(path, 0.0)
             return False
         try:
             procs = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
-            _cgroup.rmdir_when_empty(path, None, 0.0)
+            _cgroup.remove(path, 0.0)
             return False
         _cgroup.close_in_children(procs)
         self.groups.append(path)
@@ -224,7 +224,7 @@ class Quota:
             os.close(self.alarm)
             self.alarm = None
         for path in self.groups:
-            if not _cgroup.rmdir_when_empty(path, None, until):
+            if not _cgroup.remove(path, until):
                 _pending.append(path)
         self.groups.clear()
 
@@ -274,6 +274,6 @@ def _oom_alarm(path: str, counter: str) -> int | None:
 
 def _sweep() -> None:
     for path in list(_pending):
-        if _cgroup.rmdir_when_empty(path, None, 0.0):
+        if _cgroup.remove(path, 0.0):
             with contextlib.suppress(ValueError):
                 _pending.remove(path)

@@ -160,6 +160,24 @@ def test_the_groups_a_killed_caller_left_are_removed() -> None:
                 os.rmdir(path)
 
 
+def nests_a_call_that_outlives_it() -> None:
+    """A guarded call that runs a guarded call of its own, still sleeping at its deadline."""
+    run(time.sleep, (30,), budget=20)
+
+
+def test_a_nested_calls_v1_groups_go_with_the_call_that_held_them() -> None:
+    # The nested call's v1 group lies inside the outer call's, and rmdir refuses a folder with a
+    # folder in it: the outer group stayed (emptied, its maker's pid dead) for good.
+    home = _quota._v1_home("pids")
+    if home is None or not _cgroup.enabled():
+        pytest.skip("no cgroup v1 pids hierarchy to make groups in here")
+    out = run(nests_a_call_that_outlives_it, budget=1.0)
+    assert out.status is Status.TIMEOUT, out.describe()
+    assert run(int, budget=10).ok  # a later call removes what was still exiting
+    made = f"{_cgroup.PREFIX}{os.getpid()}-"
+    assert not [name for name in os.listdir(home) if name.startswith(made)]
+
+
 @pytest.mark.skipif(not _cgroup.enabled(), reason="cgroups are turned off here")
 def test_the_limits_go_in_the_calls_v2_group_where_it_has_the_controllers(
     tmp_path: Path,
