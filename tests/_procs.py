@@ -29,9 +29,9 @@ _linger_key: ctypes.c_uint | None = None
 #: libc, with the functions join_a_lingering_thread calls looked up at import, as a scorer's
 #: library does: a pool's warm worker retires after an item that loads a C library or looks a
 #: function up in one.
-_LIBC = ctypes.CDLL(None)
+LIBC = ctypes.CDLL(None)
 for _name in ("usleep", "pthread_key_create", "pthread_setspecific"):
-    getattr(_LIBC, _name)
+    getattr(LIBC, _name)
 
 
 def join_a_lingering_thread(linger_s: float) -> None:
@@ -44,12 +44,12 @@ def join_a_lingering_thread(linger_s: float) -> None:
     global _linger_key
     if _linger_key is None:
         key = ctypes.c_uint()
-        destructor = ctypes.cast(_LIBC.usleep, ctypes.c_void_p)
-        assert _LIBC.pthread_key_create(ctypes.byref(key), destructor) == 0
+        destructor = ctypes.cast(LIBC.usleep, ctypes.c_void_p)
+        assert LIBC.pthread_key_create(ctypes.byref(key), destructor) == 0
         _linger_key = key
 
     def lingering() -> None:
-        _LIBC.pthread_setspecific(_linger_key, ctypes.c_void_p(int(linger_s * 1e6)))
+        LIBC.pthread_setspecific(_linger_key, ctypes.c_void_p(int(linger_s * 1e6)))
 
     thread = threading.Thread(target=lingering)
     thread.start()

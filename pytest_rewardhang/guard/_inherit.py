@@ -1,7 +1,8 @@
 """What a process that forks the guard's processes (a pool's zygote, an isolating worker) hands
 down, that another process of the same user may change from outside it: its resource limits
 (``prlimit``), its nice value, its CPUs and its scheduling policy (``SCHED_IDLE``). Read once,
-put back before each fork, so that what one item did to its parent reaches no later item.
+put back before each fork, so that what one item did to its parent reaches no later item;
+and by a warm worker, put back at its full check between items (see ``_worker._State``).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import _cgroup
@@ -67,26 +68,28 @@ def _v1_home(controller: str) -> str | None:
 def _remove_abandoned(home: str) -> None:
     """Remove the v1 groups of guards that died mid-call (SIGKILLed): their processes were
     killed with their v2 group (by its keeper), their folders were left."""
-    with contextlib.suppress(OSError):
-        for name in os.listdir(home):
-            maker = name[len(_cgroup.PREFIX) :].partition("-")[0]
-            if name.startswith(_cgroup.PREFIX) and maker.isdigit() and not _alive(int(maker)):
-                _cgroup.remove(os.path.join(home, name), 0.0)
+    _remove_made(home, lambda maker: not _alive(maker), 0.0)
 
 
 def remove_left_by(maker: int, until: float) -> None:
     """Remove the v1 groups that ``maker`` (a pool's zygote, reaped now) made below this
     process's own and left: a worker's, whose last process was still exiting when the zygote
     closed it, and which the zygote meant to remove at its next call. Waits until ``until``
-    (monotonic) for them to empty; later calls of this process remove what is left then."""
-    if not _cgroup.enabled():
-        return
-    prefix = f"{_cgroup.PREFIX}{maker}-"
-    for home in filter(None, map(_v1_home, _V1)):
-        with contextlib.suppress(OSError):
-            for name in os.listdir(home):
+    (monotonic) for them to empty."""
+    if _cgroup.enabled():
+        for home in filter(None, map(_v1_home, _V1)):
+            _remove_made(home, maker.__eq__, until)
+
+
+def _remove_made(home: str, left: Callable[[int], bool], until: float) -> None:
+    """Remove the guards' groups in ``home`` whose maker's pid ``left`` picks, once empty (by
+    ``until``, monotonic; later calls of this process remove what is not by then)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(home):
+            maker = name[len(_cgroup.PREFIX) :].partition("-")[0]
+            if name.startswith(_cgroup.PREFIX) and maker.isdigit() and left(int(maker)):
                 path = os.path.join(home, name)
-                if name.startswith(prefix) and not _cgroup.remove(path, until):
+                if not _cgroup.remove(path, until):
                     _pending.append(path)
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _confine, _contain, _libc, _procfs, _reap, _walkkill
+from . import _confine, _contain, _inherit, _libc, _procfs, _reap, _walkkill
 from ._child import call, setup_child
 from ._outcome import UNREADABLE_ITEMS, NotStarted, Status
 from ._wire import (
@@ -258,14 +258,8 @@ class _State:  # pragma: no cover - worker only
         self.environ = dict(os.environ._data)  # type: ignore[attr-defined]
         #: Names the item passed to os.putenv or os.unsetenv (as bytes), seen by the audit hook.
         self.env_keys: set[bytes] = set()
-        self.nice = os.getpriority(os.PRIO_PROCESS, 0)
-        self.affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        self.limits = {
-            number: resource.getrlimit(number)
-            for name in dir(resource)
-            if name.startswith("RLIMIT_")
-            for number in [getattr(resource, name)]
-        }
+        #: Its resource limits, niceness, CPUs and policy, as a forking process keeps them.
+        self.inherited = _inherit.read()
         self.handlers = {signum: _getsignal(signum) for signum in signal.valid_signals()}
         self.fd_count = _procfs.own_fds()
         self.stdio = [_identity(fd) for fd in (0, 1, 2)]
@@ -338,20 +332,8 @@ class _State:  # pragma: no cover - worker only
         for signum in _FAULT_SIGNALS:
             faulthandler.unregister(signum)
         faulthandler.register(DUMP_SIGNAL, file=self.stack_w, all_threads=True, chain=False)
-        try:
-            if os.getpriority(os.PRIO_PROCESS, 0) != self.nice:
-                os.setpriority(os.PRIO_PROCESS, 0, self.nice)
-            if self.affinity is not None and os.sched_getaffinity(0) != self.affinity:
-                os.sched_setaffinity(0, self.affinity)
-        except OSError:  # a niceness raised cannot be lowered again without privilege
+        if not _inherit.put_back(self.inherited):  # a hard limit lowered, a niceness raised
             return False
-        for number, (soft, hard) in self.limits.items():
-            now = resource.getrlimit(number)
-            if now != (soft, hard):
-                try:
-                    resource.setrlimit(number, (soft, hard))
-                except (ValueError, OSError):  # a hard limit lowered cannot be raised again
-                    return False
         for signum, handler in self.handlers.items():
             if handler is not None and _getsignal(signum) is not handler:
                 try:

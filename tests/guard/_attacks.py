@@ -21,7 +21,7 @@ import types
 from typing import Any
 
 from pytest_rewardhang.guard._wire import MAGIC, RESULT, result_frame
-from tests._procs import join_a_lingering_thread, orphan_grandchildren, pipes
+from tests._procs import LIBC, join_a_lingering_thread, orphan_grandchildren, pipes
 
 #: The test process's own pipes (pytest's terminal may be one), spared by "scribble" when the
 #: pool's zygote was forked from this process.
@@ -337,7 +337,6 @@ def serving() -> tuple[Any, int]:
     return frame.f_locals["self"], frame.f_locals["index"]
 
 
-LIBC = ctypes.CDLL(None)
 LIBC.getenv.restype = ctypes.c_char_p
 
 
