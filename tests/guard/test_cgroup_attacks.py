@@ -825,8 +825,10 @@ def test_a_stale_folder_of_a_dead_process_with_our_pid_does_not_uncontain_a_call
     if not os.access(last, os.W_OK):
         pytest.skip("cannot choose the next pid here (ns_last_pid)")
     parent = os.path.dirname(_cgroup.home())
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
     for _ in range(20):  # other processes on the machine may take the pid first
-        target = int(last.read_text()) + 100
+        # Past pid_max the kernel refuses it (EINVAL): pids wrap to the low ones there.
+        target = max((int(last.read_text()) + 100) % pid_max, 1000)
         stale = os.path.join(parent, f"{_cgroup.PREFIX}{target}")
         try:
             os.makedirs(os.path.join(stale, "0"))
