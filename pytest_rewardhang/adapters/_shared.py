@@ -72,7 +72,33 @@ def _pool_key(*options: Any) -> tuple[Any, ...]:
 
     Keyed by pid too: a trainer that forks (a ProcessPoolExecutor, a dataloader) must not
     drive its parent's workers."""
-    return (*options, os.getpid())
+    return (*map(_key, options), os.getpid())
+
+
+class _Same:
+    """An unhashable scorer (an instance of a plain ``@dataclass`` with ``__call__``, say) as a
+    key of the adapters' tables: by identity, and kept alive with the key, so that its id is
+    never another object's."""
+
+    __slots__ = ("held",)
+
+    def __init__(self, held: object) -> None:
+        self.held = held
+
+    def __hash__(self) -> int:
+        return id(self.held)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.held is self.held
+
+
+def _key(value: Any) -> Any:
+    """``value`` as a key of the adapters' tables: itself, or by identity if unhashable."""
+    try:
+        hash(value)
+    except TypeError:
+        return _Same(value)
+    return value
 
 
 def warmup_key(warmup: Warmup) -> bytes | None:
@@ -129,7 +155,7 @@ def pool_for(
                 network=network,
                 unprivileged=unprivileged,
             )
-        except (PoolError, SpecError) as exc:
+        except (PoolError, SpecError, OSError) as exc:  # OSError: out of descriptors, say
             text = f"the pool of scorer {_shown(scorer)} did not start: {exc}"
             with _lock:
                 _failed[key] = (type(exc), text)
@@ -178,7 +204,7 @@ _accepts: dict[Any, Accepts] = {}
 def accepts(scorer: Scorer) -> Accepts:
     """The scorer's parameters; a spec is imported in a forked child, never in this process."""
     with _lock:
-        known = _accepts.get(scorer)
+        known = _accepts.get(_key(scorer))
     if known is not None:
         return known
     if isinstance(scorer, str):
@@ -196,7 +222,7 @@ def accepts(scorer: Scorer) -> Accepts:
     else:
         found = _accepts_of(scorer)
     with _lock:
-        _accepts[scorer] = found
+        _accepts[_key(scorer)] = found
     return found
 
 
@@ -253,16 +279,16 @@ def _zero_like(value: Any) -> Any:
 
 def learn(scorer: Scorer, value: Any) -> None:
     """Remember the keys of a dict the scorer returned, for the default of a hung sample."""
-    if isinstance(value, dict) and scorer not in _templates:
+    if isinstance(value, dict) and _key(scorer) not in _templates:
         with _lock:
-            _templates.setdefault(scorer, {k: _zero_like(v) for k, v in value.items()})
+            _templates.setdefault(_key(scorer), {k: _zero_like(v) for k, v in value.items()})
 
 
 def default_for(scorer: Scorer, default: Any) -> Any:
     """``default``, shaped like the scorer's dict results when it returns dicts."""
     if isinstance(default, Mapping):  # verl's Hydra hands a YAML mapping over as a DictConfig
         return dict(default)
-    template = _templates.get(scorer)
+    template = _templates.get(_key(scorer))
     if template is None:
         return default
     return {**template, "score": default}
@@ -304,9 +330,33 @@ def value_or_default(
             **{key: _jsonable(value) for key, value in sample.items()},
         }
         line = json.dumps(record, default=repr) + "\n"
-        with _lock, open(hang_log, "a", encoding="utf-8") as f:  # whole lines, from any thread
-            f.write(line)
+        try:
+            with _lock, open(hang_log, "a", encoding="utf-8") as f:  # whole lines, any thread
+                f.write(line)
+        except OSError as exc:  # its folder gone, the disk full: the sample still scores
+            if (hang_log, str(exc)) not in _unlogged:
+                _unlogged.add((hang_log, str(exc)))
+                log.warning("%s: hang_log %r not written: %s", who, hang_log, exc)
     return default
+
+
+#: (hang_log, error) of each failed write to it: said once each.
+_unlogged: set[tuple[str, str]] = set()
+
+
+def _check_hang_log(hang_log: object) -> None:
+    """The one-line ValueError for a ``hang_log`` that cannot be appended to, when the adapter
+    is made: found at the first hang, in training, it would have cost the batch. Opened as
+    logging's FileHandler does, so an absent file is made (empty) now."""
+    if hang_log is None:
+        return
+    if not isinstance(hang_log, str | os.PathLike):
+        raise ValueError(f"hang_log must be a file's path or None, not {hang_log!r}")
+    try:
+        with open(hang_log, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"hang_log {os.fspath(hang_log)!r} cannot be appended to: {exc}") from None
 
 
 def _snippet(value: Any) -> Any:
@@ -347,7 +397,16 @@ class Scoring:
         unprivileged: bool = False,
     ) -> None:
         # Here, not at the first sample in training, where the pool is made.
-        Pool.check_limits(budget, memory_mb, max_processes)
+        Pool.check_limits(
+            budget,
+            memory_mb,
+            max_processes,
+            workers=workers,
+            isolate=isolate,
+            network=network,
+            unprivileged=unprivileged,
+        )
+        _check_hang_log(hang_log)
         self.scorer = scorer
         self.budget = budget
         self.default = default
@@ -357,11 +416,11 @@ class Scoring:
         self.name = name or scorer_name(scorer)
         self.warmup = warmup_key(warmup)
         #: Each sample in a process of its own, forked from its warm worker: see Pool.
-        self.isolate = bool(isolate)
+        self.isolate = isolate
         #: What confines each sample's processes besides its budget: see Pool.
         self.max_processes = max_processes
-        self.network = bool(network)
-        self.unprivileged = bool(unprivileged)
+        self.network = network
+        self.unprivileged = unprivileged
 
     def _pool_options(self) -> tuple[Any, ...]:
         """:func:`pool_for`'s arguments, and :func:`_pool_key`'s."""
@@ -413,8 +472,9 @@ class Scoring:
 
     async def aaccepts(self) -> Accepts:
         """:meth:`accepts` without blocking the event loop the first time (a forked probe)."""
-        if self.scorer in _accepts:
-            return _accepts[self.scorer]
+        known = _accepts.get(_key(self.scorer))
+        if known is not None:
+            return known
         return await asyncio.to_thread(self.accepts)
 
     async def _apool(self) -> Pool:

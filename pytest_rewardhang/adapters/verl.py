@@ -377,7 +377,7 @@ def _bound(
         hang_log,
         workers,
         warmup,
-        bool(isolate),
+        False if isolate is None else isolate,  # None: chosen per sample, checked as a bool
         max_processes,
         network,
         unprivileged,

@@ -177,23 +177,21 @@ def worker_pipes() -> tuple[dict[str, int], dict[str, int]]:
     through a file of its own (the same pipe opened again), so that an item cannot make the
     caller's reads block by clearing ``O_NONBLOCK`` on the file the worker shares with it.
     """
-    pairs = {
-        "task": os.pipe2(os.O_CLOEXEC),
-        "result": os.pipe2(os.O_CLOEXEC),
-        "output": os.pipe2(os.O_CLOEXEC),
-        "stack": os.pipe2(os.O_CLOEXEC),
-    }
+    pairs: dict[str, tuple[int, int]] = {}
+    made: list[int] = []  # the fence
+    try:
+        for role in ("task", "result", "output", "stack"):
+            pairs[role] = os.pipe2(os.O_CLOEXEC)
+        made.append(os.memfd_create("rewardhang-fence", os.MFD_CLOEXEC))
+        os.ftruncate(made[0], FENCE.size)
+    except BaseException:  # out of descriptors, say: none of those made is left open
+        for fd in (*made, *(fd for pair in pairs.values() for fd in pair)):
+            os.close(fd)
+        raise
+    fence = made[0]
     for role in ("output", "task"):  # room for an item's output, and for whole batches
         with contextlib.suppress(OSError):
             fcntl.fcntl(pairs[role][1], fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
-    try:
-        fence = os.memfd_create("rewardhang-fence", os.MFD_CLOEXEC)
-        os.ftruncate(fence, FENCE.size)
-    except BaseException:
-        for pair in pairs.values():
-            os.close(pair[0])
-            os.close(pair[1])
-        raise
     theirs = {
         "task_r": pairs["task"][0],
         "result_w": pairs["result"][1],

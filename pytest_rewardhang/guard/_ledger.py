@@ -23,6 +23,10 @@ from ._outcome import UNPICKLABLE_ITEM, NotStarted, Outcome, Status
 if TYPE_CHECKING:
     import asyncio
 
+#: What pickling an item may raise that is the item's, not the pool's: whatever its classes'
+#: ``__reduce__`` raise, ``sys.exit()`` too (the thread driving the pool would end with it).
+#: A KeyboardInterrupt is the caller's, and goes on.
+_REDUCE_RAISES = (Exception, SystemExit, GeneratorExit)
 #: A call as the worker takes it: positional arguments, keyword arguments, or both in a list.
 Item = tuple[Any, ...] | dict[str, Any] | list[Any]
 
@@ -202,7 +206,7 @@ class Ledger:
                 return None
         try:
             blob = pickle.dumps([self.items[i] for i in batch], protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # noqa: BLE001 - find the item that will not pickle; send the rest
+        except _REDUCE_RAISES:  # find the item that will not pickle; send the rest
             batch = [i for i in batch if self._picklable(i)]
             if not batch:
                 return None
@@ -212,7 +216,7 @@ class Ledger:
     def _picklable(self, index: int) -> bool:
         try:
             pickle.dumps(self.items[index], protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # noqa: BLE001 - that item's outcome, not the batch's
+        except _REDUCE_RAISES as exc:  # that item's outcome, not the batch's
             text = f"{type(exc).__name__}: {UNPICKLABLE_ITEM}: {exc}"
             unsent = Outcome(
                 Status.ERROR, error=text, budget=self.budget, not_started=NotStarted.UNPICKLABLE

@@ -1,9 +1,10 @@
-"""The guard's numeric options, checked where they are given.
+"""The guard's options, checked where they are given.
 
 A nonsense value fails at once with one ``ValueError`` naming the argument, never later in the
 middle of training: a boolean (``budget=True`` is an ``int`` to Python, and meant nothing), NaN,
 an infinity, a negative or zero amount, or one too large for the kernel's limits and timers
-(``memory_mb=math.inf`` made every call crash, ``budget=1e306`` raised ``OverflowError``).
+(``memory_mb=math.inf`` made every call crash, ``budget=1e306`` raised ``OverflowError``); a
+switch that is not a bool (``network="false"`` is a true string, and meant the opposite).
 """
 
 from __future__ import annotations
@@ -69,4 +70,11 @@ def count(name: str, value: object) -> int:
     """A positive int (not a bool, not a float that happens to be whole)."""
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         raise ValueError(f"{name} must be a positive int, not {_shown(value)}")
+    return value
+
+
+def switch(name: str, value: object) -> bool:
+    """True or False, and nothing that Python merely reads as one."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, not {_shown(value)}")
     return value

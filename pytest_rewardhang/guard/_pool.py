@@ -122,9 +122,17 @@ class Pool:
         network: bool = True,
         unprivileged: bool = False,
     ) -> None:
-        Pool.check_limits(budget, memory_mb, max_processes)
+        Pool.check_limits(
+            budget,
+            memory_mb,
+            max_processes,
+            workers=workers,
+            objects=objects,
+            isolate=isolate,
+            network=network,
+            unprivileged=unprivileged,
+        )
         warm = _warmup(warmup)
-        _limits.count("workers", workers)
         if max_pending is None:
             max_pending = _PENDING_PER_WORKER * workers
         _limits.count("max_pending", max_pending)
@@ -137,7 +145,7 @@ class Pool:
         # one that comes as the signals are let in again, at the end, finds the finalizer set.
         held = hold()
         try:
-            confining = Confining(memory_mb, max_processes, bool(network), bool(unprivileged))
+            confining = Confining(memory_mb, max_processes, network, unprivileged)
             engine = Engine(
                 workers,
                 float(budget),
@@ -145,7 +153,7 @@ class Pool:
                 max_pending,
                 warm,
                 objects,
-                bool(isolate),
+                isolate,
                 confining,
             )
             self._engine = engine
@@ -200,11 +208,28 @@ class Pool:
 
     @staticmethod
     def check_limits(
-        budget: object, memory_mb: object = None, max_processes: object = MAX_PROCESSES
+        budget: object,
+        memory_mb: object = None,
+        max_processes: object = MAX_PROCESSES,
+        *,
+        workers: object = 1,
+        objects: object = False,
+        isolate: object = False,
+        network: object = True,
+        unprivileged: object = False,
     ) -> None:
-        """The one-line :class:`ValueError` that ``Pool(budget=, memory_mb=, max_processes=)``
-        raises for a nonsense value, for code that makes its pool later (the adapters)."""
-        _check_limits(budget, memory_mb, max_processes)
+        """The one-line :class:`ValueError` that ``Pool(...)`` raises for a nonsense value of
+        these options, for code that makes its pool later (the adapters)."""
+        _check_limits(
+            budget,
+            memory_mb,
+            max_processes,
+            objects=objects,
+            isolate=isolate,
+            network=network,
+            unprivileged=unprivileged,
+        )
+        _limits.count("workers", workers)
 
     @staticmethod
     def check_warmup(warmup: object) -> tuple[Any, ...] | dict[str, Any] | None:

@@ -69,10 +69,11 @@ def run(
     when it is of a builtin class holding plain data (or ``objects=True``); the text is in
     ``Outcome.error`` always.
     """
-    _check_limits(budget, memory_mb, max_processes)
+    switches = {"objects": objects, "network": network, "unprivileged": unprivileged}
+    _check_limits(budget, memory_mb, max_processes, **switches)
     kwargs = {} if kwargs is None else kwargs
     if hasattr(os, "fork"):
-        confining = Confining(memory_mb, max_processes, bool(network), bool(unprivileged))
+        confining = Confining(memory_mb, max_processes, network, unprivileged)
         return run_forked(fn, tuple(args), kwargs, float(budget), memory_mb, objects, confining)
     if memory_mb is not None:
         _warn_once("memory")
@@ -83,11 +84,16 @@ def run(
     return _run_unbounded(fn, tuple(args), kwargs, float(budget))
 
 
-def _check_limits(budget: object, memory_mb: object, max_processes: object = None) -> None:
+def _check_limits(
+    budget: object, memory_mb: object, max_processes: object = None, **switches: object
+) -> None:
+    """Each option's one-line ValueError; ``switches``: the bool ones, by name."""
     _limits.seconds("budget", budget)
     _limits.mebibytes("memory_mb", memory_mb)
     if max_processes is not None:
         _limits.count("max_processes", max_processes)
+    for name, value in switches.items():
+        _limits.switch(name, value)
 
 
 @overload
@@ -136,7 +142,8 @@ def guarded(
     text instead. A value that is not plain data needs ``objects=True`` as for :func:`run`;
     ``max_processes``, ``network`` and ``unprivileged`` confine each call as they do there.
     """
-    _check_limits(budget, memory_mb, max_processes)  # now, not at the first call in training
+    switches = {"objects": objects, "network": network, "unprivileged": unprivileged}
+    _check_limits(budget, memory_mb, max_processes, **switches)  # now, not in training
     options: dict[str, Any] = {
         "budget": budget,
         "memory_mb": memory_mb,

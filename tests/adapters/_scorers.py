@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,26 @@ async def aaccuracy(completion: Any, ground_truth: Any) -> Any:
 # OpenRLHF and slime: the response and the label.
 def score(response: Any, label: Any) -> Any:
     return _check(response, label)
+
+
+@dataclass
+class Weighted:
+    """A scorer object of a plain ``@dataclass``: callable, picklable, and unhashable."""
+
+    weight: float
+
+    def __call__(self, response: Any, label: Any) -> Any:
+        return self.weight * _check(response, label)
+
+
+def score_as_told(response: Any, label: Any) -> Any:
+    """Returns what the response says to: OpenRLHF's adapter must make a number of it."""
+    told: dict[str, Any] = {"none": None, "text": "0.5x", "true": True, "numeric text": "0.25"}
+    if response in told:
+        return told[response]
+    if response == "only some keys":  # a dict with an extra key on this sample only
+        return {"score": 0.5, "rare": 3.0}
+    return {"score": _check(response, label), "acc": 1.0}
 
 
 def score_with_metadata(response: Any, label: Any, metadata: Any) -> Any:

@@ -9,6 +9,7 @@ controller, a namespace, root). Each has a time bound and checks that nothing is
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import pwd
 import socket
@@ -89,6 +90,19 @@ def test_nonsense_confinement_fails_at_the_door_in_one_line(adapter: str) -> Non
         assert "\n" not in str(info.value)
     with pytest.raises(ValueError, match=r"^max_processes must be a positive int"):
         verl_adapter.compute_score("d", "ok", "1", scorer=SCORER, max_processes=0)
+    # Each of these once passed the door and failed at the first sample, or at the first hang
+    # (hang_log), in training; the switches were read as true.
+    for keyword, value, message in (
+        ("workers", 0, "workers must be a positive int, not 0"),
+        ("workers", "2", "workers must be a positive int, not '2'"),
+        ("network", "false", "network must be True or False, not 'false'"),
+        ("isolate", "no", "isolate must be True or False, not 'no'"),
+        ("unprivileged", 1, "unprivileged must be True or False, not 1"),
+        ("hang_log", "/nonexistent/hangs.jsonl", "hang_log '/nonexistent/hangs.jsonl' cannot *"),
+    ):
+        with pytest.raises(ValueError, match=f"^{keyword} ") as info:
+            adapted(adapter, SCORER, **{keyword: value})
+        assert fnmatch.fnmatchcase(str(info.value), message), str(info.value)
 
 
 @needs(Confinement.PIDS_MAX, "a cgroup pids controller")

@@ -464,3 +464,60 @@ def test_samples_of_a_pool_that_ends_under_them_score_the_default_said_once(
     finally:
         _shared.close_pools()
         actor.pool.close()
+
+
+# --- what the adapters are given --------------------------------------------------------------
+
+
+def test_a_hang_log_that_cannot_be_written_any_more_is_said_once_and_the_sample_scores(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from pytest_rewardhang.adapters.generic import PooledScorer
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    scorer = PooledScorer(
+        spec("score"), budget=BUDGET, default=-1.0, workers=1, hang_log=str(folder / "h.jsonl")
+    )
+    assert (folder / "h.jsonl").exists()  # opened when made, as logging's FileHandler does
+    (folder / "h.jsonl").unlink()
+    folder.rmdir()  # gone in training: a cleaner, another run
+    with caplog.at_level(logging.WARNING, logger="pytest_rewardhang.adapters"):
+        # It raised FileNotFoundError into the trainer at each hang.
+        assert [scorer.score_sync("hang", "1") for _ in range(2)] == [-1.0, -1.0]
+    unwritten = [r.getMessage() for r in caplog.records if "not written" in r.getMessage()]
+    assert len(unwritten) == 1, unwritten
+    assert str(folder / "h.jsonl") in unwritten[0]
+    assert scorer.score_sync("= 1", "1") == 1.0
+
+
+def test_an_unhashable_scorer_object_is_scored_as_itself() -> None:
+    # A plain @dataclass with __call__ has no hash: the adapters keyed their tables by the
+    # scorer and raised a bare TypeError at the first sample.
+    from pytest_rewardhang.adapters.generic import PooledScorer
+    from tests.adapters._scorers import Weighted
+
+    double, triple = PooledScorer(Weighted(2.0), budget=BUDGET), PooledScorer(Weighted(3.0))
+    assert (double.score_sync("= 1", "1"), triple.score_sync("= 1", "1")) == (2.0, 3.0)
+    assert double.score_sync("= 1", "1") == 2.0  # its own pool again, not the other's
+    assert len(_shared._pools) == 2
+
+
+def test_a_pool_that_cannot_start_for_want_of_descriptors_leaks_none_and_says_so_once() -> None:
+    # With the descriptors nearly used up, each sample tried the start again (leaving pipes
+    # open each time) and failed with an OSError that named no scorer.
+    import resource
+
+    from pytest_rewardhang.adapters.generic import PooledScorer
+
+    scorer = PooledScorer(spec("score"), budget=BUDGET, workers=64)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (before + 40, hard))
+    try:
+        for _ in range(3):
+            with pytest.raises(OSError, match=r"the pool of scorer '.*:score' did not start: "):
+                scorer.score_sync("= 1", "1")
+        assert len(os.listdir("/proc/self/fd")) == before
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -125,6 +125,25 @@ def test_openrlhf_dict_scorer_extra_logs() -> None:
     assert hung["extra_logs"] == {"reward_hang_default": [1.0], "acc": [0.0]}
 
 
+def test_openrlhf_extra_logs_line_up_with_rewards_and_a_non_number_is_named() -> None:
+    reward_func = pooled_reward_func(spec("score_as_told"), budget=BUDGET, default=-1.0)
+    # A hang before any dict was seen, and a key on one sample only: each list was shorter
+    # than rewards, so a later sample's number sat under an earlier sample.
+    queries = ["hang", "= 42", "only some keys", "true", "numeric text"]
+    result = reward_func(queries, [""] * 5, ["42"] * 5)
+    assert result["rewards"] == [-1.0, 1.0, 0.5, 1.0, 0.25]
+    assert result["extra_logs"] == {
+        "reward_hang_default": [1.0, 0.0, 0.0, 0.0, 0.0],
+        "acc": [0.0, 1.0, 0.0, 0.0, 0.0],
+        "rare": [0.0, 0.0, 3.0, 0.0, 0.0],
+    }
+    for told, shown in (("none", "None"), ("text", "'0.5x'")):
+        with pytest.raises(TypeError, match=rf"^score_as_told returned {shown}, not a number"):
+            reward_func([told], [""], ["42"])
+    with pytest.raises(ValueError, match=r"^default must be a number for OpenRLHF's rewards"):
+        pooled_reward_func(spec("score_as_told"), default=None)  # float(None) at the first hang
+
+
 # --- slime ---------------------------------------------------------------------------------
 
 

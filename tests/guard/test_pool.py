@@ -409,6 +409,27 @@ def test_an_item_the_worker_cannot_unpickle_never_reaches_the_scorer(launch: Lau
     assert (read.value, read.not_started) == (2, None)
 
 
+class Exits:
+    """Pickling it calls ``sys.exit()``, in the thread that drives the pool."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        sys.exit("exits as it is pickled")
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_an_item_whose_pickling_exits_fails_alone_not_the_pool(launch: Launch) -> None:
+    # Submitted: pickled by the pool's driver thread, which SystemExit ended, and with it the
+    # pool: every item in flight of every thread scored as its end.
+    with launch.pool(size, workers=1, budget=5.0) as pool:
+        exits, after = pool.submit(Exits()), pool.submit("ab")
+        exited, scored = exits.result(timeout=60), after.result(timeout=60)
+        (later,) = pool.map([("abc",)])
+    assert exited.status is Status.ERROR, exited.describe()
+    assert exited.not_started is NotStarted.UNPICKLABLE
+    assert "exits as it is pickled" in (exited.error or "")
+    assert (scored.value, later.value) == (2, 3)
+
+
 # --- how the scorer is given --------------------------------------------------------------------
 
 
@@ -775,6 +796,22 @@ def test_inside_a_threaded_ray_actor(tmp_path: Path) -> None:
     assert report["owned"] > 0, "the pool opened nothing, so this checked nothing"
     assert report["leftover"] == []
     assert report["zygotes"] == []
+
+
+def test_a_pool_out_of_descriptors_as_it_starts_leaves_none_open() -> None:
+    # Each start made some of a worker's pipes before the kernel refused one, and left them.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = sorted(os.listdir("/proc/self/fd"))
+    try:
+        for spare in range(30, 42):  # the kernel refuses each descriptor of a worker's once
+            resource.setrlimit(resource.RLIMIT_NOFILE, (len(before) + spare, hard))
+            with pytest.raises(OSError, match="Too many open files"):
+                Pool(size, workers=64, budget=BUDGET)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert sorted(os.listdir("/proc/self/fd")) == before
 
 
 def test_pool_refuses_nonsense() -> None:

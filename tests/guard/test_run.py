@@ -332,6 +332,19 @@ def test_limits_are_checked_at_the_door_naming_the_argument(
         assert fnmatch.fnmatchcase(str(raised.value), message), str(raised.value)
 
 
+@pytest.mark.parametrize("switch", ["objects", "network", "unprivileged", "isolate"])
+def test_a_switch_that_is_not_a_bool_is_refused_at_the_door(switch: str) -> None:
+    # network="false" from a config file is a true string: it read as the network on, the
+    # opposite of what was meant; objects="no" trusted every value the call sent back.
+    nonsense: dict[str, Any] = {switch: "false"}
+    guards: list[Callable[[], object]] = [lambda: Pool(int, workers=1, **nonsense)]
+    if switch != "isolate":  # a pool's only
+        guards += [lambda: run(int, **nonsense), lambda: guarded(**nonsense)]
+    for guard in guards:
+        with pytest.raises(ValueError, match=rf"^{switch} must be True or False, not 'false'$"):
+            guard()
+
+
 def test_any_budget_and_memory_a_user_could_mean_work() -> None:
     # The largest of each, on a call that ends at once: nothing in the deadline's arithmetic
     # or the memory limit overflows.
