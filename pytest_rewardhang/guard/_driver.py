@@ -130,6 +130,7 @@ class Driver:
         if not acquired:
             self.slots.acquire(timeout)
         future: Future[Outcome] = Future()
+        future.add_done_callback(self._woken_by_cancel)
         with self.lock:
             if self.closing:
                 self.slots.release()
@@ -143,6 +144,14 @@ class Driver:
             if self.idle:
                 self._poke()
         return future
+
+    def _woken_by_cancel(self, future: Future[Outcome]) -> None:
+        """A submitted future's done-callback: cancelled, it wakes the loop, which ends its
+        item if a worker has started it."""
+        if future.cancelled():
+            with self.lock:
+                if self.driving and self.idle:
+                    self._poke()
 
     def _refuse_the_driver(self, call: str, me: int) -> None:
         """No work from the thread that drives the loop: a future's done-callback runs there,

@@ -256,24 +256,28 @@ class Engine(Driver):
             if current is None or worker.killed:
                 continue
             index, start = current
-            if worker.drained is None and now >= start + _DRAIN_AFTER_S:
+            # Its future cancelled: nobody waits for it, and a hang would hold the worker to
+            # its deadline (submitted items go out in batches, long before they start).
+            cancelled = self.ledger.futures > 0 and self.ledger.cancelled(index)
+            if worker.drained is None and now >= start + _DRAIN_AFTER_S and not cancelled:
                 self.answers.drain(worker, current)
                 if worker.current() != current or worker.phase is DEAD or worker.killed:
                     continue
-            if now < start + self.budget - self.dump_lead:
+            if now < start + self.budget - self.dump_lead and not cancelled:
                 continue
-            if now >= start + self.budget:
+            ended = cancelled or now >= start + self.budget
+            if ended:
                 # Before looking for its answer: see FENCE. From here the worker either
                 # answered already (and we see it) or starts nothing after this item.
                 worker.fence(index)
             self.answers.read(worker)  # it may have answered since the poll returned
             if worker.current() != current or worker.phase is DEAD:
                 continue
-            if worker.dumped != index:
+            if worker.dumped != index and not cancelled:
                 worker.dumped = index
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(worker.pidfd, DUMP_SIGNAL)
-            if now >= start + self.budget:
+            if ended:
                 self.processes.kill(worker, index, now)
                 # Fenced: what waits behind it never starts. It goes to the replacement now,
                 # not when the zygote reports this one's end, after the kernel tore it down.

@@ -183,17 +183,25 @@ class Ledger:
             self.finish(index, ended)
 
     def starts(self, index: int) -> bool:
-        """Whether a submitted item may start: False (and accounted for) if it was cancelled."""
-        sink = self.sinks[index]
-        if type(sink) is Batch or sink.running():  # type: ignore[union-attr]
-            return True
-        if sink.set_running_or_notify_cancel():  # type: ignore[union-attr]
+        """Whether an item may be handed out: False (and accounted for) if it was cancelled.
+
+        A future is never set running: one cancelled after its item is handed out is ended as
+        its worker starts it, or at once if it already has (see ``Engine._check_deadlines``),
+        where a running future could no longer be cancelled, and its item, handed out in a
+        batch long before it starts, ran to its end (its budget, if it hangs) for nobody.
+        """
+        if not self.cancelled(index):
             return True
         del self.sinks[index], self.items[index]
         self.remaining -= 1
         self.futures -= 1
         self.slots.release()
         return False
+
+    def cancelled(self, index: int) -> bool:
+        """Whether the item's future was cancelled (a map() batch's item never is)."""
+        sink = self.sinks.get(index)
+        return sink is not None and type(sink) is not Batch and sink.cancelled()  # type: ignore[union-attr]
 
     def pickled(self, batch: list[int]) -> tuple[list[int], bytes] | None:
         """The items of ``batch`` that may start and pickle, and their pickle; None if none.

@@ -26,8 +26,9 @@ worker is running and since when. Here: the public :class:`Pool`. How an item go
 An item is queued, handed to a worker (its frame written into the worker's task pipe; its
 deadline starts when the worker starts it, once the item before it answered), and ends in one
 of these ways: answered; killed at its deadline (TIMEOUT); its worker died under it; its
-future cancelled before it started; the pool closed (ERROR). An item a worker held but never
-started (queued behind a hang, or after a fenced item) goes to ``retry`` and out again.
+future cancelled (dropped before it starts, or killed as at a deadline, for nobody); the pool
+closed (ERROR). An item a worker held but never started (queued behind a hang, or after a
+fenced item) goes to ``retry`` and out again.
 
 - :mod:`._driver`: which thread drives the loop, the inbox the others hand work through,
   closing from any thread;
@@ -84,8 +85,10 @@ class Pool:
     seconds (then :class:`TimeoutError`), and :meth:`asubmit` awaits. :meth:`close` (from any
     thread, or when the pool is collected or the interpreter exits) ends every item not
     answered yet with an ERROR outcome; none is left waiting. A future cancelled before its
-    item starts never runs it. A value or exception that is not plain data comes back only
-    with ``objects=True``, as for :func:`~pytest_rewardhang.guard.run`.
+    item starts never runs it; cancelled after, it ends it (its worker is replaced). A
+    submitted future is never ``running()``: it goes from pending to done. A value or
+    exception that is not plain data comes back only with ``objects=True``, as for
+    :func:`~pytest_rewardhang.guard.run`.
 
     ``warmup``, one item (a tuple of positional or a dict of keyword arguments), is scored once
     in the zygote before it forks any worker, so that what the scorer does on its first call
@@ -182,7 +185,7 @@ class Pool:
     async def asubmit(self, /, *args: Any, **kwargs: Any) -> Outcome:
         """:meth:`submit`, awaited: the event loop never blocks, not even on a full queue.
 
-        Cancelling the awaiting task cancels the item if no worker has started it.
+        Cancelling the awaiting task cancels the item: it never starts, or it is ended.
         """
         import asyncio
 

@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +99,16 @@ def score(response: Any, label: Any) -> Any:
     return _check(response, label)
 
 
-@dataclass
 class Weighted:
-    """A scorer object of a plain ``@dataclass``: callable, picklable, and unhashable."""
+    """A scorer object as a plain ``@dataclass`` makes one: callable, picklable, compared by
+    value, and so unhashable (``__eq__`` without ``__hash__``). Not a dataclass here: verl
+    loads this file as a module of its own, outside ``sys.modules``, where one cannot be made."""
 
-    weight: float
+    def __init__(self, weight: float) -> None:
+        self.weight = weight
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Weighted) and other.weight == self.weight
 
     def __call__(self, response: Any, label: Any) -> Any:
         return self.weight * _check(response, label)
