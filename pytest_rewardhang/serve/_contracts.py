@@ -187,9 +187,14 @@ def _cut_prompt(query: str, prompt: object) -> str:
 def _output_text(output: list[Any]) -> str:
     """The text of a NeMo Gym response's output messages, as its resources servers join it."""
     parts = []
-    for item in output:
+    for i, item in enumerate(output):
         if isinstance(item, dict) and item.get("type") == "message":
-            for content in item.get("content") or ():
+            contents = item.get("content") or []
+            if not isinstance(contents, list):
+                raise BadRequest(
+                    f"response.output[{i}].content must be a list, not {_kind(contents)}"
+                )
+            for content in contents:
                 if isinstance(content, dict) and content.get("type") == "output_text":
                     parts.append(str(content.get("text", "")))
     return "".join(parts)

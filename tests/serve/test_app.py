@@ -8,6 +8,7 @@ pool and clients are tests/serve/test_server.py's).
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import json
 import sys
 from collections.abc import MutableMapping
@@ -18,6 +19,7 @@ import pytest
 from pytest_rewardhang.guard import Outcome, Status
 from pytest_rewardhang.serve import STYLES, BadRequest, Limits, RewardApp, Scored, contract
 from pytest_rewardhang.serve._app import scored
+from pytest_rewardhang.serve._contracts import Contract
 
 
 class Fake:
@@ -117,6 +119,50 @@ def test_bad_bodies_get_one_sentence(style: str, body: Any, message: str) -> Non
     code, answer = call(app, "POST", app.contract.path, json.dumps(body).encode())
     assert (code, answer) == (400, {"error": message})
     assert fake.calls == []
+
+
+@pytest.mark.parametrize(
+    ("style", "body", "message"),
+    [
+        # Each was a bare 500 from uvicorn, which a trainer retries with the same samples.
+        ("json", b'{"samples": [[' + b"9" * 5000 + b', "1"]]}', "the body is not JSON this *"),
+        ("openrlhf", b"[" * 100_000 + b"]" * 100_000, "the body is not JSON this server reads: *"),
+        (
+            "gym",
+            json.dumps(
+                {
+                    "responses_create_params": {},
+                    "response": {"output": [{"type": "message", "content": 5}]},
+                    "expected_answer": "1",
+                }
+            ).encode(),
+            "response.output?0?.content must be a list, not int",
+        ),
+    ],
+)
+def test_hostile_bodies_get_a_400_that_says_why(style: str, body: bytes, message: str) -> None:
+    app, fake = app_for(style)
+    code, answer = call(app, "POST", app.contract.path, body)
+    assert code == 400, answer
+    assert fnmatch.fnmatchcase(answer["error"], message), answer
+    assert fake.calls == []
+
+
+def test_a_failure_of_the_servers_own_is_a_500_that_is_logged_and_counted() -> None:
+    class Broken(Contract):
+        def calls(self, body: Any) -> list[Any]:
+            raise RuntimeError("a bug of the server's")
+
+    app = RewardApp(Broken(), Fake())
+    code, answer = call(app, "POST", "/score", b'{"samples": []}')
+    assert (code, answer) == (
+        500,
+        {"error": "the server failed: RuntimeError: a bug of the server's"},
+    )
+    assert (
+        'rewardhang_serve_requests_total{path="/score",code="500"} 1'
+        in call(app, "GET", "/metrics")[1]
+    )
 
 
 def test_the_gym_label_field_and_output_text() -> None:

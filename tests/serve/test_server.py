@@ -197,6 +197,31 @@ def test_openrlhf_gets_rewards_and_the_hang_marked_within_the_budget() -> None:
         assert defaulted["status"] == "timeout"
 
 
+def test_one_request_of_twenty_thousand_samples_is_scored_whole_and_health_answers() -> None:
+    # Past max_pending the samples waited for room, each woken at every freed slot: 20,000
+    # took 32 s and 13,739 got the overload default, 50,000 froze /health for 22 s.
+    import urllib.request
+
+    async def big_request_and_health(server: Server) -> tuple[Any, float]:
+        n = 20_000
+        request = asyncio.ensure_future(
+            openrlhf_post(server.url, {"query": ["7"] * n, "labels": ["7"] * (n - 1) + ["8"]})
+        )
+        worst = 0.0
+        while not request.done():
+            start = time.monotonic()
+            await asyncio.to_thread(urllib.request.urlopen, server.base + "/health", timeout=60)
+            worst = max(worst, time.monotonic() - start)
+            await asyncio.sleep(0.1)
+        return await request, worst
+
+    with serving("--style", "openrlhf", *SERVE) as server:
+        answer, worst = run(big_request_and_health(server))
+    assert answer["rewards"] == [1.0] * 19_999 + [0.0]
+    assert sum(answer["extra_logs"]["reward_hang"]) == 0  # none defaulted as overload
+    assert worst < 30.0, f"/health took {worst:.1f} s"
+
+
 def test_slime_gets_one_score_per_sample_and_never_retries_a_hang() -> None:
     async def scenario(url: str) -> tuple[list[Any], list[int]]:
         tries: list[int] = []
