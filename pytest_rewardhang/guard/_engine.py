@@ -192,8 +192,11 @@ class Engine(Driver):
             return 0.0
         for worker in schedule.retries(serving, len(ledger.retry)):
             index = ledger.retry.popleft()
-            worker.retries.add(index)
-            self._send(worker, [index])
+            # Only once it is sent: one dropped instead (cancelled meanwhile) would keep the
+            # worker "retrying" until an answer that never comes, and the retries behind it,
+            # none of which goes to a worker already retrying, would wait for good.
+            if self._send(worker, [index]):
+                worker.retries.add(index)
         if not ledger.queue:
             return 0.0
         per_batch, assignments = schedule.batches(serving, len(ledger.queue))
@@ -214,11 +217,15 @@ class Engine(Driver):
             self.alone = serving[0]
             self._send(serving[0], [self.ledger.suspects.popleft()])
 
-    def _send(self, worker: Worker, batch: list[int]) -> None:
+    def _send(self, worker: Worker, batch: list[int]) -> bool:
+        """Hand ``batch`` to ``worker``, less what was cancelled or will not pickle; whether
+        anything was sent."""
         pickled = self.ledger.pickled(batch)
-        if pickled is not None:
-            batch, blob = pickled
-            worker.send(self.watched, batch, task_header(batch, len(blob)), blob)
+        if pickled is None:
+            return False
+        batch, blob = pickled
+        worker.send(self.watched, batch, task_header(batch, len(blob)), blob)
+        return True
 
     def _poll_timeout(self) -> int | None:
         earliest = math.inf

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import pickle
 import threading
-import time
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, InvalidStateError
@@ -237,91 +236,127 @@ class Ledger:
 class Slots:
     """The bound on submitted items not answered yet, for threads and event loops alike.
 
-    A thread waits on a condition; a coroutine on an asyncio future, in line: a freed slot is
-    handed to the first coroutine waiting, through its loop's ``call_soon_threadsafe``, so no
-    event loop is ever blocked, and a release costs one wakeup, not one for every waiter (a
-    request of 5,000 samples, each woken at every release and each looking through the list of
-    them all, starved its event loop for minutes). A slot handed to a coroutine cancelled
-    meanwhile goes on to the next.
+    Whoever waits for room waits in one line, threads and coroutines alike, and a freed slot
+    is handed to the first in it: a thread through its own event, a coroutine through its
+    loop's ``call_soon_threadsafe``, so no event loop is ever blocked. A release costs one
+    wakeup, not one for every waiter (a request of 5,000 samples, each woken at every release
+    and each looking through the list of them all, starved its event loop for minutes), and
+    neither kind can keep the other waiting (coroutines served first kept a thread waiting for
+    as long as more came). A slot handed to one that gave up meanwhile goes to the next.
     """
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.free = size
         self.closed = False
-        self.cond = threading.Condition(threading.Lock())
-        #: Coroutines waiting, first first; one cancelled stays until a release passes it.
-        #: None waits while a slot is free.
-        self.waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[bool]]] = deque()
+        self.lock = threading.Lock()
+        #: Who waits for room, first first; one that gave up stays until a release passes it.
+        #: Nobody waits while a slot is free.
+        self.waiters: deque[_Waiter] = deque()
 
     def acquire(self, timeout: float | None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self.cond:
-            while not self.free and not self.closed:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(
-                        f"Pool.submit: {self.size} items were still pending after waiting "
-                        f"{timeout:g} s for room (max_pending={self.size}, submit_timeout)"
-                    )
-                self.cond.wait(left)
+        with self.lock:
             if self.closed:
                 raise ValueError("submit() on a closed Pool")
-            self.free -= 1
+            if self.free:
+                self.free -= 1
+                return
+            event = threading.Event()
+            waiter = _Waiter(event=event)
+            self.waiters.append(waiter)
+        event.wait(timeout)
+        with self.lock:
+            if not event.is_set():  # timed out, before any slot came
+                waiter.gone = True
+                raise TimeoutError(
+                    f"Pool.submit: {self.size} items were still pending after waiting "
+                    f"{timeout:g} s for room (max_pending={self.size}, submit_timeout)"
+                )
+        if not waiter.handed:
+            raise ValueError("submit() on a closed Pool")
 
     async def aacquire(self) -> None:
         import asyncio
 
         loop = asyncio.get_running_loop()
-        with self.cond:
+        with self.lock:
             if self.closed:
                 raise ValueError("asubmit() on a closed Pool")
             if self.free:
                 self.free -= 1
                 return
-            waiter: asyncio.Future[bool] = loop.create_future()
-            self.waiters.append((loop, waiter))
+            future: asyncio.Future[bool] = loop.create_future()
+            self.waiters.append(_Waiter(loop, future))
         try:
-            handed = await waiter
+            handed = await future
         except BaseException:
             # Cancelled as its slot came: the slot is the next waiter's.
-            if waiter.done() and not waiter.cancelled() and waiter.result():
+            if future.done() and not future.cancelled() and future.result():
                 self.release()
             raise
         if not handed:
             raise ValueError("asubmit() on a closed Pool")
 
     def release(self, count: int = 1) -> None:
-        handed = []
-        with self.cond:
+        handed: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[bool]]] = []
+        with self.lock:
             self.free += count
             while self.free and self.waiters:
-                loop, waiter = self.waiters.popleft()
-                if not waiter.done():  # else cancelled while it waited
-                    self.free -= 1
-                    handed.append((loop, waiter))
-            self.cond.notify(self.free)
-        for loop, waiter in handed:
+                waiter = self.waiters.popleft()
+                if waiter.event is not None:
+                    if waiter.gone:
+                        continue
+                    waiter.handed = True  # before its event: read once it is set
+                    waiter.event.set()
+                elif waiter.loop is None or waiter.future is None or waiter.future.done():
+                    continue  # cancelled while it waited
+                else:
+                    handed.append((waiter.loop, waiter.future))
+                self.free -= 1
+        for loop, future in handed:
             try:
-                loop.call_soon_threadsafe(self._hand, waiter)
+                loop.call_soon_threadsafe(self._hand, future)
             except RuntimeError:  # that loop is closed: nobody waits there
                 self.release()
 
-    def _hand(self, waiter: asyncio.Future[bool]) -> None:
+    def _hand(self, future: asyncio.Future[bool]) -> None:
         """In the waiter's loop: its slot, unless it was cancelled meanwhile."""
-        if waiter.done():
+        if future.done():
             self.release()
         else:
-            waiter.set_result(True)
+            future.set_result(True)
 
     def close(self) -> None:
-        with self.cond:
+        with self.lock:
             self.closed = True
-            self.cond.notify_all()
             waiters, self.waiters = self.waiters, deque()
-        for loop, waiter in waiters:
-            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there
-                loop.call_soon_threadsafe(_closed, waiter)
+            for waiter in waiters:
+                if waiter.event is not None:
+                    waiter.event.set()  # not handed: its submit() raises
+        for waiter in waiters:
+            if waiter.future is not None and waiter.loop is not None:
+                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                    waiter.loop.call_soon_threadsafe(_closed, waiter.future)
+
+
+class _Waiter:
+    """One in line for room in :class:`Slots`: a thread (its event) or a coroutine (its loop's
+    future, True when handed a slot, False when the pool closed)."""
+
+    __slots__ = ("event", "future", "gone", "handed", "loop")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop | None = None,
+        future: asyncio.Future[bool] | None = None,
+        event: threading.Event | None = None,
+    ) -> None:
+        self.loop = loop
+        self.future = future
+        self.event = event
+        #: A thread's: handed a slot (else woken by close); gave up (its timeout).
+        self.handed = False
+        self.gone = False
 
 
 def _closed(waiter: asyncio.Future[bool]) -> None:

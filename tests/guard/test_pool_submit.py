@@ -337,6 +337,69 @@ def test_thousands_of_tasks_waiting_for_room_each_cost_one_wakeup(tmp_path: Path
 
 
 @pytest.mark.usefixtures("no_leaks")
+def test_cancelled_items_waiting_to_go_out_again_hold_up_no_other(tmp_path: Path) -> None:
+    # Two hangs run; the items queued behind them are taken back for the idle replacement
+    # workers, two more hangs among them. Cancelled there, a hang was dropped as it went out
+    # again, but its worker still counted it as its retry: no worker took another, and the
+    # items behind waited for ever, their slots with them.
+    log = tmp_path / "calls"
+    with Pool(score, workers=2, budget=LONG, max_pending=64) as pool:
+        before = [pool.submit(str(log), f"a{i}") for i in range(10)]
+        hangs = [pool.submit(str(log), f"h{i}", "hang") for i in range(4)]
+        after = [pool.submit(str(log), f"b{i}") for i in range(20)]
+        retry = pool._engine.ledger.retry  # the state under test: taken back, to go out again
+        deadline = time.monotonic() + LONG
+        while not retry and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert retry, "nothing was taken back: the case under test never came about"
+        for hang in hangs:
+            hang.cancel()
+        outs = [future.result(timeout=LONG / 3) for future in before + after]
+    assert [o.value for o in outs] == [f"A{i}" for i in range(10)] + [f"B{i}" for i in range(20)]
+    assert sum(calls(log)[f"h{i}"] for i in range(4)) <= 2  # the two that ran, ended
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_threads_waiting_for_room_are_served_while_coroutines_keep_coming() -> None:
+    # Coroutines were handed the freed slots first: a thread in submit() waited until no
+    # coroutine was left waiting, for as long as they kept coming.
+    with Pool(nap, workers=2, budget=LONG, max_pending=4) as pool:
+        supplying = threading.Event()
+        supplying.set()
+        served_while_supplied: list[bool] = []
+
+        async def supply() -> None:
+            async def one() -> None:
+                await pool.asubmit(0.02)
+
+            until = time.monotonic() + LONG
+            tasks: set[asyncio.Task[None]] = set()
+            while time.monotonic() < until and len(served_while_supplied) < 3:
+                while len(tasks) < 50:  # always some waiting for room
+                    task = asyncio.ensure_future(one())
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                await asyncio.sleep(0.005)
+            supplying.clear()
+            await asyncio.gather(*tasks)
+
+        def thread() -> None:
+            future = pool.submit(0.02)  # waits for room in line
+            served_while_supplied.append(supplying.is_set())
+            future.result(timeout=LONG)
+
+        coroutines = threading.Thread(target=asyncio.run, args=(supply(),))
+        coroutines.start()
+        time.sleep(0.5)
+        threads = [threading.Thread(target=thread) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in (*threads, coroutines):
+            t.join(LONG * 2)
+    assert served_while_supplied == [True, True, True]
+
+
+@pytest.mark.usefixtures("no_leaks")
 def test_cancelling_a_task_ends_its_item_whether_started_or_not(tmp_path: Path) -> None:
     # Submitted items go out in batches, and each future was set running as its batch went
     # out, long before its item started: a cancel then came too late, and every cancelled hang
