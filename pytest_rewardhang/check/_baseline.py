@@ -272,7 +272,7 @@ def load(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
         raise BaselineError(
             f"no baseline at {path}: write one with --reward-hang-save-baseline"
         ) from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise BaselineError(f"{path}: cannot read the baseline: {exc}") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise BaselineError(f"{path}: not a reward hang baseline (format {FORMAT})")
@@ -288,7 +288,27 @@ def load(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
                 raise BaselineError(
                     f"{path}: {scorer_id}::{family}: entry lacks {', '.join(missing)}"
                 )
+            for key in ("calibration_s", *FIELDS.values()):
+                wrong = _wrong(key, found.get(key))
+                if wrong:
+                    raise BaselineError(f"{path}: {scorer_id}::{family}: {key} {wrong}")
     return scorers
+
+
+def _wrong(key: str, value: object) -> str:
+    """What is wrong with a baseline number, compared with (a NaN or a string passed every
+    comparison, or failed it with a traceback); empty if nothing."""
+    if value is None and key != "calibration_s":  # a measure this entry does not have
+        return ""
+    number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not number:
+        return f"must be a finite number, not {value!r}"
+    if key == "growth_exponent":  # a fit's slope: a flat curve's may come out below 0
+        return ""
+    positive = key == "calibration_s"  # the machine's speed: every CPU time is divided by it
+    if (positive and value <= 0) or value < 0:  # type: ignore[operator]
+        return f"must be {'above' if positive else 'at least'} 0, not {value!r}"
+    return ""
 
 
 def save(path: Path, entries: Iterable[tuple[str, str, dict[str, Any]]]) -> int:

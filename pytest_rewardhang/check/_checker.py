@@ -575,10 +575,10 @@ class ScorerCheck:
         if path is None:
             return _calls.default_example(info, self.scorer.kind)
         try:
-            example = json.loads(path.read_text(encoding="utf-8"))
+            example = json.loads(_format.read_regular(path))
         except OSError as exc:
             raise ScorerProblem(f"example={path}: cannot read it: {exc.strerror}") from None
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ScorerProblem(f"example={path}: not valid JSON: {exc}") from None
         if not isinstance(example, dict):
             raise ScorerProblem(f"example={path}: expected a JSON object of keyword arguments")

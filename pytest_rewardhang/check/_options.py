@@ -343,7 +343,7 @@ def load(config: pytest.Config) -> Settings:
     return Settings(
         deadline=value("--reward-hang-deadline", "reward_hang_deadline", positive_seconds),
         confirm=value("--reward-hang-confirm", "reward_hang_confirm", deadlines),
-        max_chars=value("--reward-hang-max-chars", "reward_hang_max_chars", positive_int),
+        max_chars=value("--reward-hang-max-chars", "reward_hang_max_chars", max_chars),
         memory_mb=memory or None,
         seed=value("--reward-hang-seed", "reward_hang_seed", int_value),
         json_path=Path(json_raw) if json_raw and json_raw != "None" else None,
@@ -353,7 +353,7 @@ def load(config: pytest.Config) -> Settings:
         corpora=_corpus_dirs(config),
         families=families,
         families_source=families_source,
-        strict_complexity=bool(strict or config.getini("reward_hang_strict_complexity")),
+        strict_complexity=bool(strict or _ini_switch(config, "reward_hang_strict_complexity")),
         search=value("--reward-hang-search", "reward_hang_search", non_negative_int),
         save_corpus=Path(save_raw) if save_raw and save_raw != "None" else None,
         contexts=value("--reward-hang-contexts", "reward_hang_contexts", optional_contexts),
@@ -373,7 +373,7 @@ def _ci_settings(config: pytest.Config) -> dict[str, Any]:
         return here / raw if raw else ini_baseline
 
     compare = baseline_path("--reward-hang-compare")
-    if compare is None and config.getini("reward_hang_compare"):
+    if compare is None and _ini_switch(config, "reward_hang_compare"):
         compare = ini_baseline
     cli_limits = config.getoption("--reward-hang-compare-fail")
     raw_limits, source = (
@@ -446,6 +446,14 @@ def _families(config: pytest.Config) -> tuple[frozenset[str] | None, str]:
     return (names or None), source
 
 
+def _ini_switch(config: pytest.Config, key: str) -> bool:
+    """A bool ini value; pytest's own error (``invalid truth value 'maybe'``) named no key."""
+    try:
+        return bool(config.getini(key))
+    except (ValueError, pytest.UsageError) as exc:  # pytest's UsageError, for a bool ini
+        raise pytest.UsageError(f"{key} (ini): {exc}, expected true or false") from None
+
+
 def _number(
     raw: str,
     kind: Callable[[str], N],
@@ -462,7 +470,8 @@ def _number(
     if not ((isinstance(number, int) or math.isfinite(number)) and valid(number)):
         raise ValueError(f"expected {what}")
     if number > maximum:
-        raise ValueError(f"expected {what} of at most {maximum:g}")
+        shown = f"{maximum:,}" if isinstance(maximum, int) else f"{maximum:g}"
+        raise ValueError(f"expected {what} of at most {shown}")
     return number
 
 
@@ -484,6 +493,15 @@ def non_negative_float(raw: str) -> float:
 
 def positive_int(raw: str) -> int:
     return _number(raw, int, lambda n: n > 0, "a positive whole number")
+
+
+#: The largest generated response: about a million tokens. Every case of a run is built in the
+#: pytest process; 2e9 had the kernel's OOM killer end it without a word.
+MAX_CHARS = 4 * 2**20
+
+
+def max_chars(raw: str) -> int:
+    return _number(raw, int, lambda n: n > 0, "a positive number of characters", MAX_CHARS)
 
 
 def non_negative_int(raw: str) -> int:

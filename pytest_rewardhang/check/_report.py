@@ -351,7 +351,7 @@ def item_properties(
     record = item_record(check, family, results, verdict, growth)
     timeouts = sum(r.outcome.status is Status.TIMEOUT for r in results)
     properties: list[tuple[str, object]] = [
-        (PROPERTY, json.dumps(record, sort_keys=True)),
+        (PROPERTY, as_json(record)),
         (VERDICT_PROPERTY, verdict.kind.value),
         ("reward_hang_cases", len(results)),
         ("reward_hang_timeouts", timeouts),
@@ -368,7 +368,7 @@ def item_properties(
                 "replayed": verdict.replayed,
             }
             properties.append(("reward_hang_compare", comparison.status))
-        properties.append((BASELINE_PROPERTY, json.dumps(carried, sort_keys=True)))
+        properties.append((BASELINE_PROPERTY, as_json(carried)))
     return properties
 
 
@@ -376,7 +376,7 @@ def not_run_properties(check: ScorerCheck, family: str, reason: str) -> list[tup
     """The ``user_properties`` of an item skipped for its scorer's sake (it hangs on anything,
     or cannot be checked): the JSON report lists the family under its scorer's ``not_run``."""
     record = {"id": check.scorer.id, "family": family, "reason": reason}
-    return [(NOT_RUN_PROPERTY, json.dumps(record, sort_keys=True))]
+    return [(NOT_RUN_PROPERTY, as_json(record))]
 
 
 def item_record(
@@ -600,9 +600,8 @@ class Summary:
         ]
 
     def write_json(self, path: Path, settings: dict[str, Any]) -> None:
-        document = _finite({"settings": settings, "scorers": self.scorers()})
-        text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n"
-        path.write_text(text, encoding="utf-8")
+        document = {"settings": settings, "scorers": self.scorers()}
+        path.write_text(as_json(document, indent=2) + "\n", encoding="utf-8")
 
     def github(self, step_summary: str | None) -> list[str]:
         """``::error`` annotations at each stuck line, and the table for the step summary."""
@@ -661,6 +660,12 @@ def _markdown_table(scorers: list[dict[str, Any]]) -> str:
             f"{entry['skipped']} | {timeouts} | {entry['status']} |"
         )
     return "\n".join(rows)
+
+
+def as_json(value: Any, indent: int | None = None) -> str:
+    """``value`` as strict JSON, NaN and infinities as null: the JSON report, and the JUnit
+    properties (a killed call's CPU time, NaN, made them unreadable to a strict parser)."""
+    return json.dumps(_finite(value), indent=indent, sort_keys=True, allow_nan=False)
 
 
 def _finite(value: Any) -> Any:

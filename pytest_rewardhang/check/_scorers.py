@@ -66,6 +66,8 @@ class ScorerSpec:
 
 def parse_line(line: str, declared_in: str, rootdir: Path) -> ScorerSpec:
     """``SPEC [key=value ...]`` as written in an ini line or on the command line."""
+    if not isinstance(line, str):  # a TOML list of lists, a hook's odd result
+        raise ScorerConfigError(f"{declared_in}: a scorer line is a string, not {line!r}")
     try:
         words = shlex.split(line)
     except ValueError as exc:
@@ -142,6 +144,8 @@ def decorated(rootdir: Path, ignore: Iterable[str] = ()) -> Iterator[ScorerSpec]
             if not name.endswith(".py"):
                 continue
             path = Path(folder, name)
+            if not path.is_file():  # a FIFO named *.py: reading it waits for a writer
+                continue
             try:
                 source = path.read_bytes()
             except OSError:
@@ -153,7 +157,8 @@ def decorated(rootdir: Path, ignore: Iterable[str] = ()) -> Iterator[ScorerSpec]
 def _decorated_in(path: Path, source: bytes, rootdir: Path) -> Iterator[ScorerSpec]:
     try:
         tree = ast.parse(source, filename=str(path))
-    except (SyntaxError, ValueError) as exc:
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        # The last two: nested past the parser's depth, or its memory.
         # It names the decorator, so it may register a scorer: skipping it would leave that
         # scorer unchecked and the run green.
         line = getattr(exc, "lineno", None)

@@ -116,11 +116,9 @@ class RewardHangSession:
             specs += _scorers.decorated(rootdir)
             specs += _scorers.from_entry_points(rootdir)
             hook = "pytest_reward_hang_scorers hook"
-            results = self.config.hook.pytest_reward_hang_scorers(config=self.config)
-            entries = [entry for result in results for entry in result or []]
-            for place, entry in enumerate(entries, 1):
+            for place, entry in enumerate(_hooked(self.config, hook), 1):
                 if not isinstance(entry, ScorerSpec):
-                    entry = _scorers.parse_line(str(entry), hook, rootdir)
+                    entry = _scorers.parse_line(entry, hook, rootdir)
                 if entry.declared_at is None:
                     entry = replace(entry, declared_at=(hook, place))
                 specs.append(entry)
@@ -303,3 +301,23 @@ def _ini(config: pytest.Config, name: str) -> object:
         return config.getini(name)
     except ValueError:
         return None
+
+
+def _hooked(config: pytest.Config, hook: str) -> list[Any]:
+    """What the implementations of the scorers hook returned, one list; each a list (or None),
+    else one line saying what came back (a string was read a character a scorer)."""
+    try:
+        results = config.hook.pytest_reward_hang_scorers(config=config)
+    except Exception as exc:  # noqa: BLE001 - the user's hook: its error, in one line
+        raise ScorerConfigError(f"{hook} raised {type(exc).__name__}: {exc}") from None
+    entries: list[Any] = []
+    for result in results:
+        if result is None:
+            continue
+        if not isinstance(result, list | tuple):
+            raise ScorerConfigError(
+                f"{hook} returned {type(result).__name__} {result!r:.80}: expected a list of "
+                "scorer lines or ScorerSpec objects"
+            )
+        entries += result
+    return entries

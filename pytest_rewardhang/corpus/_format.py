@@ -8,9 +8,12 @@ scanning the text.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 import random
 import re
+import stat
 import sys
 import tomllib
 from collections.abc import Iterable, Sequence
@@ -138,6 +141,25 @@ def bundled_dir() -> Path:
         if candidate.is_dir():
             return candidate
     raise CorpusError(f"{package}: the bundled corpora are missing from this installation")
+
+
+#: The most a file a user names for a case, or a scorer's example, may hold: past any response
+#: a scorer is fed (the largest generated one is at most 4 MiB characters).
+MAX_FILE_BYTES = 64 * 2**20
+
+
+def read_regular(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """``path``'s bytes, where it is a regular file of at most ``limit`` bytes; else an
+    OSError whose ``strerror`` says why. A FIFO or a device (``/dev/zero``) is refused before
+    any read, which would wait for a writer or never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens at once
+    with os.fdopen(fd, "rb") as f:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if found.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+        return f.read()
 
 
 def load(extra_dirs: Sequence[Path] = ()) -> Corpus:
@@ -274,7 +296,7 @@ def _case(table: dict[str, Any], index: int, path: Path, fail: Any) -> ResponseC
             relative = string("response_file", required=True)
             target = path.parent / relative
             try:
-                response = target.read_text(encoding="utf-8", errors="surrogateescape")
+                response = read_regular(target).decode("utf-8", errors="surrogateescape")
             except OSError as exc:
                 raise fail(
                     index, "response_file", f"cannot read {relative}: {exc.strerror}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,23 @@ def test_a_decorated_file_that_does_not_parse_is_reported(project: pytest.Pytest
     )
     result = usage(project, *FAST)
     usage_error(result, "ERROR: rewards.py:4: cannot read this file for @pytest_rewardhang.scorer*")
+
+
+def test_a_decorated_file_nested_past_the_parsers_depth_is_reported(
+    project: pytest.Pytester,
+) -> None:
+    # RecursionError (or MemoryError) from the parser was an INTERNALERROR.
+    nested = "x = " + "-" * 200_000 + "1\n"
+    project.makepyfile(rewards="import pytest_rewardhang\n# @pytest_rewardhang.scorer()\n" + nested)
+    result = usage(project, *FAST)
+    usage_error(result, "ERROR: rewards.py: cannot read this file for *: *Error*")
+
+
+def test_a_fifo_named_like_a_python_file_is_passed_over(project: pytest.Pytester) -> None:
+    # The scan for decorated scorers read it, waiting for a writer for ever.
+    os.mkfifo(project.path / "pipe.py")
+    result = project.runpytest_subprocess(*FAST, *scorer_args("clean"), timeout=100)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
 
 
 CONFLICTED = """{
@@ -132,3 +150,51 @@ def test_a_missing_json_folder_is_made_up_front(project: pytest.Pytester) -> Non
     )
     result.assert_outcomes(passed=1)
     assert json.loads(Path(project.path, "reports/deep/r.json").read_text())["scorers"]
+
+
+def test_a_response_size_past_what_the_process_can_hold_is_refused(
+    project: pytest.Pytester,
+) -> None:
+    # Every case is built in the pytest process: 2e9 had the OOM killer end it without a word.
+    result = usage(project, *FAST, *scorer_args("clean"), "--reward-hang-max-chars=2000000000")
+    usage_error(
+        result,
+        "ERROR: --reward-hang-max-chars: expected a positive number of characters of at most "
+        "4,194,304, got '2000000000'",
+    )
+
+
+@pytest.mark.parametrize("key", ["reward_hang_compare", "reward_hang_strict_complexity"])
+def test_a_bool_ini_value_that_is_not_one_names_its_key(project: pytest.Pytester, key: str) -> None:
+    project.makeini(f"[pytest]\n{key} = maybe\n")
+    result = usage(project, *FAST, *scorer_args("clean"))
+    usage_error(result, f"ERROR: {key} (ini): invalid truth value 'maybe', expected true or false")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("return 5", "returned int 5: expected a list of scorer lines or ScorerSpec objects"),
+        ("return 'scorers.py:clean'", "returned str 'scorers.py:clean': expected a list of *"),
+        ("raise RuntimeError('boom')", "raised RuntimeError: boom"),
+        ("return [['scorers.py:clean']]", "a scorer line is a string, not *"),
+    ],
+)
+def test_a_scorers_hook_that_returns_no_list_or_raises_is_one_line(
+    project: pytest.Pytester, body: str, message: str
+) -> None:
+    # Each was an INTERNALERROR, or (a string) a scorer a character.
+    project.makeconftest(f"def pytest_reward_hang_scorers(config):\n    {body}\n")
+    result = usage(project, *FAST)
+    usage_error(result, f"ERROR: pytest_reward_hang_scorers hook*{message}")
+
+
+def test_a_scorer_line_that_is_not_a_string_is_one_line(project: pytest.Pytester) -> None:
+    project.makefile(
+        ".toml",
+        pyproject='[tool.pytest.ini_options]\nreward_hang_scorers = [["scorers.py:clean"]]\n',
+    )
+    (project.path / "tox.ini").unlink(missing_ok=True)
+    (project.path / "pytest.ini").unlink(missing_ok=True)
+    result = usage(project, *FAST)
+    usage_error(result, "ERROR: reward_hang_scorers (ini): a scorer line is a string, not *")

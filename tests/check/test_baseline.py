@@ -334,3 +334,39 @@ def test_load_refuses_files_that_are_not_baselines(tmp_path: Path) -> None:
     with pytest.raises(_baseline.BaselineError, match="cannot read the baseline"):
         _baseline.load(path)
     assert _baseline.load(FIXTURE)["scorers.spin"]["repetition"]["cpu_p95_s"] == 0.01
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        # Each was a silent pass (NaN, infinity, a calibration of 0 or below: every comparison
+        # false, or every CPU time scaled to nothing), a pytest traceback (a string), or an
+        # INTERNALERROR (nesting past Python's depth).
+        ({"cpu_p95_s": float("nan")}, "cpu_p95_s must be a finite number, not nan"),
+        ({"cpu_p95_s": float("inf")}, "cpu_p95_s must be a finite number, not inf"),
+        ({"cpu_p95_s": "fast"}, "cpu_p95_s must be a finite number, not 'fast'"),
+        ({"peak_mb": [1]}, "peak_mb must be a finite number, not [1]"),
+        ({"cpu_max_s": -1}, "cpu_max_s must be at least 0, not -1"),
+        ({"calibration_s": 0}, "calibration_s must be above 0, not 0"),
+        ({"calibration_s": "x"}, "calibration_s must be a finite number, not 'x'"),
+    ],
+)
+def test_load_refuses_numbers_it_could_not_compare(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    document = json.loads(FIXTURE.read_text())
+    document["scorers"]["scorers.spin"]["repetition"].update(change)
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(_baseline.BaselineError) as raised:
+        _baseline.load(path)
+    assert str(raised.value) == f"{path}: scorers.spin::repetition: {message}"
+
+
+def test_load_refuses_a_baseline_nested_past_pythons_depth(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(
+        _baseline.BaselineError, match="cannot read the baseline: maximum recursion"
+    ):
+        _baseline.load(path)

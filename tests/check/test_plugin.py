@@ -276,6 +276,8 @@ def test_ini_values_are_validated_naming_the_ini(pytester: pytest.Pytester) -> N
         ("scorers.py:SCORE_LIMIT", "*is not callable: it is int*"),
         ("nowhere/file.py:score", "*no such file*"),
         ("scorers.py:clean example=missing.json", "*example=*missing.json: cannot read it*"),
+        # A device: /dev/zero was read until the memory ran out.
+        ("scorers.py:clean example=/dev/null", "*example=/dev/null: cannot read it: not a reg*"),
         ("scorers.py:clean response=answer", "*response='answer' is not a parameter*"),
     ],
 )

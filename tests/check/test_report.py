@@ -9,6 +9,7 @@ the 100 frames faulthandler keeps, in its own code and in a library's (as sympy 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -271,3 +272,13 @@ def test_a_dump_cut_short_by_the_kill_says_so() -> None:
     lines = _report.stuck_lines(_report.find_stuck_in(cut, "/site/rewardpkg/score.py:x", Path("/")))
     assert any("the dump was cut short" in line for line in lines), lines
     assert _report.stuck_lines(_report.find_stuck_in(None, "x.py:f", Path("/"))) == [f"  {NO_DUMP}"]
+
+
+def test_every_json_the_check_writes_is_strict_json() -> None:
+    # A call whose rusage could not be read (its worker killed with its parent) has a NaN CPU
+    # time: the JUnit property held the literal NaN, which a strict parser refuses.
+    text = _report.as_json({"cases": [{"cpu_s": math.nan, "wall_s": 0.5}], "worst": math.inf})
+    assert json.loads(text, parse_constant=lambda name: pytest.fail(name)) == {
+        "cases": [{"cpu_s": None, "wall_s": 0.5}],
+        "worst": None,
+    }

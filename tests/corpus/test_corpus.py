@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -83,6 +84,11 @@ def test_formula_expands_to_exact_sizes_with_units_sharing_the_room(tmp_path: Pa
             GOOD + '[[case]]\nname = "f"\nresponse_file = "nope.txt"\ndescription = "d"\n'
             'provenance = "p"\n',
             ":15: cannot read nope.txt",
+        ),
+        (  # a device: /dev/zero was read for ever, in the pytest process
+            GOOD + '[[case]]\nname = "f"\nresponse_file = "/dev/null"\ndescription = "d"\n'
+            'provenance = "p"\n',
+            ":15: cannot read /dev/null: not a regular file",
         ),
         (
             GOOD.replace('units = ["ab", "cd"]', 'units = ["<U+110000>"]\ncodepoints = true'),
@@ -324,3 +330,16 @@ def test_search_probes_each_text_once(tmp_path: Path) -> None:
     ran = _search.search(probe, ["ab", "c", "X"], 150, 11, tmp_path, 2048)
     assert max(runs.values()) == 1
     assert [outcome.status for _, outcome in ran] == [Status.OK] * len(runs)
+
+
+@pytest.mark.timeout(60, method="thread")  # a read that waits is in C: no signal ends it
+def test_a_response_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    # Its read waited for a writer that never came: the run hung with no word.
+    os.mkfifo(tmp_path / "fifo.txt")
+    path = write(
+        tmp_path,
+        GOOD + '[[case]]\nname = "f"\nresponse_file = "fifo.txt"\ndescription = "d"\n'
+        'provenance = "p"\n',
+    )
+    with pytest.raises(CorpusError, match=r":15: cannot read fifo.txt: not a regular file"):
+        _corpus.load_response_file(path)
