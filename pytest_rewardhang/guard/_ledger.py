@@ -13,7 +13,7 @@ import contextlib
 import pickle
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any
 
@@ -236,13 +236,15 @@ class Ledger:
 class Slots:
     """The bound on submitted items not answered yet, for threads and event loops alike.
 
-    Whoever waits for room waits in one line, threads and coroutines alike, and a freed slot
-    is handed to the first in it: a thread through its own event, a coroutine through its
-    loop's ``call_soon_threadsafe``, so no event loop is ever blocked. A release costs one
-    wakeup, not one for every waiter (a request of 5,000 samples, each woken at every release
-    and each looking through the list of them all, starved its event loop for minutes), and
-    neither kind can keep the other waiting (coroutines served first kept a thread waiting for
-    as long as more came). A slot handed to one that gave up meanwhile goes to the next.
+    Whoever waits for room waits in one line, threads and coroutines alike, each on a future of
+    its own: a freed slot goes to the first in line (``True``), a close to every one
+    (``False``); a thread's is a :class:`concurrent.futures.Future`, a coroutine's its loop's,
+    resolved through ``call_soon_threadsafe``, so no event loop is ever blocked. A release
+    costs one wakeup, not one for every waiter (a request of 5,000 samples, each woken at every
+    release and each looking through the list of them all, starved its event loop for
+    minutes), and neither kind can keep the other waiting (coroutines served first kept a
+    thread waiting for as long as more came). A slot handed to one that gave up meanwhile (a
+    timed-out thread, a cancelled coroutine) goes to the next.
     """
 
     def __init__(self, size: int) -> None:
@@ -250,9 +252,10 @@ class Slots:
         self.free = size
         self.closed = False
         self.lock = threading.Lock()
-        #: Who waits for room, first first; one that gave up stays until a release passes it.
-        #: Nobody waits while a slot is free.
-        self.waiters: deque[_Waiter] = deque()
+        #: Who waits for room, first first: a coroutine's loop and future, or a thread's future
+        #: (no loop). One that gave up stays until a release passes it. Nobody waits while a
+        #: slot is free.
+        self.waiters: deque[tuple[asyncio.AbstractEventLoop | None, Any]] = deque()
 
     def acquire(self, timeout: float | None) -> None:
         with self.lock:
@@ -261,18 +264,18 @@ class Slots:
             if self.free:
                 self.free -= 1
                 return
-            event = threading.Event()
-            waiter = _Waiter(event=event)
-            self.waiters.append(waiter)
-        event.wait(timeout)
-        with self.lock:
-            if not event.is_set():  # timed out, before any slot came
-                waiter.gone = True
+            waiter: Future[bool] = Future()
+            self.waiters.append((None, waiter))
+        try:
+            handed = waiter.result(timeout)
+        except TimeoutError:
+            if waiter.cancel():  # else a slot came as it timed out: taken
                 raise TimeoutError(
                     f"Pool.submit: {self.size} items were still pending after waiting "
                     f"{timeout:g} s for room (max_pending={self.size}, submit_timeout)"
-                )
-        if not waiter.handed:
+                ) from None
+            handed = waiter.result()
+        if not handed:
             raise ValueError("submit() on a closed Pool")
 
     async def aacquire(self) -> None:
@@ -285,83 +288,62 @@ class Slots:
             if self.free:
                 self.free -= 1
                 return
-            future: asyncio.Future[bool] = loop.create_future()
-            self.waiters.append(_Waiter(loop, future))
+            waiter: asyncio.Future[bool] = loop.create_future()
+            self.waiters.append((loop, waiter))
         try:
-            handed = await future
+            handed = await waiter
         except BaseException:
             # Cancelled as its slot came: the slot is the next waiter's.
-            if future.done() and not future.cancelled() and future.result():
+            if waiter.done() and not waiter.cancelled() and waiter.result():
                 self.release()
             raise
         if not handed:
             raise ValueError("asubmit() on a closed Pool")
 
     def release(self, count: int = 1) -> None:
-        handed: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[bool]]] = []
         with self.lock:
             self.free += count
             while self.free and self.waiters:
-                waiter = self.waiters.popleft()
-                if waiter.event is not None:
-                    if waiter.gone:
-                        continue
-                    waiter.handed = True  # before its event: read once it is set
-                    waiter.event.set()
-                elif waiter.loop is None or waiter.future is None or waiter.future.done():
-                    continue  # cancelled while it waited
-                else:
-                    handed.append((waiter.loop, waiter.future))
-                self.free -= 1
-        for loop, future in handed:
-            try:
-                loop.call_soon_threadsafe(self._hand, future)
-            except RuntimeError:  # that loop is closed: nobody waits there
-                self.release()
-
-    def _hand(self, future: asyncio.Future[bool]) -> None:
-        """In the waiter's loop: its slot, unless it was cancelled meanwhile."""
-        if future.done():
-            self.release()
-        else:
-            future.set_result(True)
+                loop, waiter = self.waiters.popleft()
+                if _tell(loop, waiter, True, self.release):
+                    self.free -= 1
 
     def close(self) -> None:
         with self.lock:
             self.closed = True
             waiters, self.waiters = self.waiters, deque()
-            for waiter in waiters:
-                if waiter.event is not None:
-                    waiter.event.set()  # not handed: its submit() raises
-        for waiter in waiters:
-            if waiter.future is not None and waiter.loop is not None:
-                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
-                    waiter.loop.call_soon_threadsafe(_closed, waiter.future)
+        for loop, waiter in waiters:
+            _tell(loop, waiter, False, None)
 
 
-class _Waiter:
-    """One in line for room in :class:`Slots`: a thread (its event) or a coroutine (its loop's
-    future, True when handed a slot, False when the pool closed)."""
+def _tell(
+    loop: asyncio.AbstractEventLoop | None,
+    waiter: Any,
+    handed: bool,
+    give_back: Callable[[], None] | None,
+) -> bool:
+    """Resolve one waiter with ``handed``; False if it gave up already. A coroutine's is
+    resolved in its loop, where it may have been cancelled meanwhile: then its slot goes
+    back (``give_back``)."""
+    if loop is None:
+        with contextlib.suppress(InvalidStateError):  # cancelled: it timed out
+            waiter.set_result(handed)
+            return True
+        return False
+    if waiter.done():  # cancelled while it waited
+        return False
 
-    __slots__ = ("event", "future", "gone", "handed", "loop")
+    def resolve() -> None:
+        if not waiter.done():
+            waiter.set_result(handed)
+        elif handed and give_back is not None:
+            give_back()
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop | None = None,
-        future: asyncio.Future[bool] | None = None,
-        event: threading.Event | None = None,
-    ) -> None:
-        self.loop = loop
-        self.future = future
-        self.event = event
-        #: A thread's: handed a slot (else woken by close); gave up (its timeout).
-        self.handed = False
-        self.gone = False
-
-
-def _closed(waiter: asyncio.Future[bool]) -> None:
-    if not waiter.done():
-        waiter.set_result(False)
+    try:
+        loop.call_soon_threadsafe(resolve)
+    except RuntimeError:  # that loop is closed: nobody waits there
+        return False
+    return True
 
 
 def arguments(item: object) -> tuple[Any, ...] | dict[str, Any]:
