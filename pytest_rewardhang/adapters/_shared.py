@@ -71,8 +71,10 @@ def _pool_key(*options: Any) -> tuple[Any, ...]:
     """A pool's key in :data:`_pools`: :func:`pool_for`'s arguments, as it takes them.
 
     Keyed by pid too: a trainer that forks (a ProcessPoolExecutor, a dataloader) must not
-    drive its parent's workers."""
-    return (*map(_key, options), os.getpid())
+    drive its parent's workers. The scorer, an object of the user's, may be unhashable; the
+    other options are numbers, bytes and flags."""
+    scorer, *limits = options
+    return (_key(scorer), *limits, os.getpid())
 
 
 class _Same:

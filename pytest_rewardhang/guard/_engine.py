@@ -263,28 +263,29 @@ class Engine(Driver):
             if current is None or worker.killed:
                 continue
             index, start = current
-            # Its future cancelled: nobody waits for it, and a hang would hold the worker to
-            # its deadline (submitted items go out in batches, long before they start).
-            cancelled = self.ledger.futures > 0 and self.ledger.cancelled(index)
-            if worker.drained is None and now >= start + _DRAIN_AFTER_S and not cancelled:
+            if self.ledger.futures and self.ledger.cancelled(index):
+                # Nobody waits for it, and a hang would hold the worker to its deadline
+                # (submitted items go out in batches, long before they start): its deadline
+                # has passed, and its stack is nobody's to dump.
+                start, worker.dumped = -math.inf, index
+            if worker.drained is None and now >= start + _DRAIN_AFTER_S:
                 self.answers.drain(worker, current)
                 if worker.current() != current or worker.phase is DEAD or worker.killed:
                     continue
-            if now < start + self.budget - self.dump_lead and not cancelled:
+            if now < start + self.budget - self.dump_lead:
                 continue
-            ended = cancelled or now >= start + self.budget
-            if ended:
+            if now >= start + self.budget:
                 # Before looking for its answer: see FENCE. From here the worker either
                 # answered already (and we see it) or starts nothing after this item.
                 worker.fence(index)
             self.answers.read(worker)  # it may have answered since the poll returned
             if worker.current() != current or worker.phase is DEAD:
                 continue
-            if worker.dumped != index and not cancelled:
+            if worker.dumped != index:
                 worker.dumped = index
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(worker.pidfd, DUMP_SIGNAL)
-            if ended:
+            if now >= start + self.budget:
                 self.processes.kill(worker, index, now)
                 # Fenced: what waits behind it never starts. It goes to the replacement now,
                 # not when the zygote reports this one's end, after the kernel tore it down.
