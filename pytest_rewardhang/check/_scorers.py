@@ -10,12 +10,14 @@ import ast
 import os
 import re
 import shlex
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from pytest_rewardhang.corpus._format import read_regular
 from pytest_rewardhang.guard._spec import SpecError, is_file_target, split_spec
 
 from . import _declared
@@ -144,10 +146,8 @@ def decorated(rootdir: Path, ignore: Iterable[str] = ()) -> Iterator[ScorerSpec]
             if not name.endswith(".py"):
                 continue
             path = Path(folder, name)
-            if not path.is_file():  # a FIFO named *.py: reading it waits for a writer
-                continue
-            try:
-                source = path.read_bytes()
+            try:  # a FIFO named *.py is passed over: reading it would wait for a writer
+                source = read_regular(path, sys.maxsize)
             except OSError:
                 continue
             if b"scorer(" in source and b"rewardhang" in source:
