@@ -1,7 +1,7 @@
 """What guarding costs, each figure a ratio to its unguarded reference measured in the same run.
 
 Run: .venv/bin/python benchmarks/bench_overhead.py [--quick [--steps] [--profile]] [--rounds N]
-     [--only pool,run,timeline,isolate]
+     [--only pool,run,timeline,isolate,spaced]
 
 Three comparisons, each in rounds that take turns between the peers (the order reversed every
 other round), so that the speed of a shared VM, which changes from minute to minute, is the same
@@ -24,6 +24,11 @@ for all of them; every ratio is the median of the rounds' own ratios:
   which steps the caller waits through, and which overlap the child's own start.
 - ``isolate``: ``Pool(workers=1, isolate=True).map``, a process per item, against the same bare
   fork per item, and a fork per call polled every 50 ms (NeMo Gym's way).
+- ``spaced``: one call every 100 ms (a trainer scoring between its steps) of ``run()``, of a
+  warm ``Pool(workers=1)`` and of the bare fork, taking turns: what a call costs when the one
+  before it is not a moment ago (a move into a cgroup then waits for the kernel, see
+  :func:`spaced_section`). ``PYTEST_REWARDHANG_CGROUP=0`` in the environment gives the same
+  without cgroups.
 
 The full run (or ``--quick --profile``) ends with a cProfile of the caller during a ``map`` of
 a scorer that returns at once, and of its one worker (the profile is started by the scorer
@@ -561,6 +566,62 @@ def isolate_section(rounds: int, quick: bool) -> tuple[float, float]:
     )
 
 
+# --- spaced calls ----------------------------------------------------------------------------
+
+#: The pause before each call of the spaced section: a trainer scoring between its steps.
+GAP_S = 0.1
+
+
+def spaced_section(quick: bool) -> tuple[float, float]:
+    """Calls ``GAP_S`` apart: ``run()``'s and a warm pool's median over the bare fork's.
+
+    The rounds of the ``run`` section come back to back, so each call's move into its cgroup
+    finds the kernel's lock for moves still fast from the call before; a call that comes after
+    a pause waits for a grace period of RCU first (``cgroup.procs`` write:
+    ``percpu_down_write(&cgroup_threadgroup_rwsem)``, then ``rcu_sync_enter``). The peers take
+    turns call by call, so a pause precedes every call of each.
+    """
+    calls = 6 if quick else 30
+    spec = f"{Path(__file__).resolve()}:trivial"
+    with Pool(spec, workers=1, budget=5.0) as pool:
+        assert pool.submit(0).result().ok
+
+        def guarded(i: int) -> object:
+            out = run(trivial, (i,), budget=5.0)
+            assert out.ok, out.describe()
+            return out.value
+
+        def pooled(i: int) -> object:
+            out = pool.submit(i).result()
+            assert out.ok, out.describe()
+            return out.value
+
+        first = run(trivial, (0,), budget=5.0)  # the process's first call pays the probes once
+        peers: dict[str, Callable[[int], object]] = {
+            "bare fork + pipe + `waitpid` (reference)": lambda i: bare_fork(trivial, (i,)),
+            f"`guard.run` (contained by its {first.containment})": guarded,
+            "`Pool(workers=1).submit(...).result()`, warm": pooled,
+        }
+        times: dict[str, list[float]] = {peer: [] for peer in peers}
+        for i in range(calls):
+            for peer in peers if i % 2 else reversed(peers):
+                time.sleep(GAP_S)
+                times[peer].append(timed(functools.partial(peers[peer], i)))
+    bare, guard, warm = list(peers)
+    print(f"### One call every {GAP_S * 1000:.0f} ms: {calls} calls each, taking turns\n")
+    print("| peer | µs per call, median | min / max | x bare fork |")
+    print("| --- | ---: | ---: | ---: |")
+    medians = {peer: statistics.median(times[peer]) for peer in peers}
+    for peer in peers:
+        us = [t * 1e6 for t in times[peer]]
+        print(
+            f"| {peer} | {statistics.median(us):,.0f} | {spread(us, '{:,.0f}')} |"
+            f" {medians[peer] / medians[bare]:.2f}x |"
+        )
+    print()
+    return medians[guard] / medians[bare], medians[warm] / medians[bare]
+
+
 # --- profile ---------------------------------------------------------------------------------
 
 _profile: list[cProfile.Profile] = []
@@ -621,7 +682,7 @@ def resident_mib() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / (1 << 20)
 
 
-SECTIONS = ("pool", "run", "timeline", "isolate")
+SECTIONS = ("pool", "run", "timeline", "isolate", "spaced")
 
 
 def main() -> None:
@@ -656,6 +717,10 @@ def main() -> None:
         x_bare, x_polled = isolate_section(rounds, args.quick)
         summary.append(f"isolate/bare fork: {x_bare:.2f}x")
         summary.append(f"isolate/fork polled at 50 ms: {x_polled:.3f}x")
+    if "spaced" in sections:
+        x_run, x_warm = spaced_section(args.quick)
+        summary.append(f"run/bare fork, calls {GAP_S * 1000:.0f} ms apart: {x_run:.2f}x")
+        summary.append(f"warm pool/bare fork, calls {GAP_S * 1000:.0f} ms apart: {x_warm:.3f}x")
     if args.profile or not args.quick:
         profile_section(2_000 if args.quick else 20_000)
     for line in summary:

@@ -258,6 +258,8 @@ def test_quick_overhead_benchmark_keeps_guarding_near_its_unguarded_references()
         "run/bare fork",
         "isolate/bare fork",
         "isolate/fork polled at 50 ms",
+        "run/bare fork, calls 100 ms apart",
+        "warm pool/bare fork, calls 100 ms apart",
     }, done.stdout
     for scorer in ("fast", "medium"):
         assert ratios[f"pool/multiprocessing, {scorer}"] >= POOL_AT_LEAST_X_MULTIPROCESSING, (
@@ -266,6 +268,8 @@ def test_quick_overhead_benchmark_keeps_guarding_near_its_unguarded_references()
     assert ratios["run/bare fork"] <= RUN_AT_MOST_X_BARE_FORK, done.stdout
     assert ratios["isolate/bare fork"] <= ISOLATE_AT_MOST_X_BARE_FORK, done.stdout
     assert ratios["isolate/fork polled at 50 ms"] < 1.0, done.stdout
+    # A warm worker forks nothing per call: it stays ahead of a fork per call, paused or not.
+    assert ratios["warm pool/bare fork, calls 100 ms apart"] < 1.0, done.stdout
     assert "without all five" in done.stdout
     # The page faults of a call, the caller's and its child's, their CPU and the caller's
     # sleeps, counted for each of three peers.
