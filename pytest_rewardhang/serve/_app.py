@@ -7,7 +7,10 @@ or 405 for a known path with the wrong method.
 
 A request is read whole before anything is scored, within ``read_timeout_s`` (a client that
 sends its body slowly gets 408) and ``max_body_bytes`` (413: what is past the limit is read and
-dropped, never held). Its samples are submitted to the one pool at once
+dropped, never held), and holds at most ``max_samples`` samples (413: each waiting sample costs
+the server about 2 KB). Bodies and answers are strict JSON: ``NaN``, ``Infinity`` and numbers
+past a float's range are refused (400), never echoed back to a trainer's parser that may
+refuse them in turn. Its samples are submitted to the one pool at once
 and shared with every other request's; each sample that hangs, crashes or raises gets the
 default score, and any still unanswered at ``request_timeout_s`` (the pool saturated by other
 requests' hangs) is cancelled and gets it too, with status ``overload``: the answer is a 200
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_rewardhang.guard import Outcome, Pool
+from pytest_rewardhang.guard._limits import count, number, seconds
 
 from ._contracts import BadRequest, Contract, Scored
 from ._metrics import CONTENT_TYPE, Metrics
@@ -57,6 +61,7 @@ class GuardedScoring:
     """Each sample on one warm guarded :class:`Pool`: a hang costs its budget and a worker."""
 
     def __init__(self, pool: Pool, default: float = 0.0) -> None:
+        number("default", default)  # sent to trainers as a score: never NaN
         self.pool = pool
         self.default = default
 
@@ -86,6 +91,15 @@ class Limits:
     request_timeout_s: float = 100.0
     read_timeout_s: float = 30.0
     max_body_bytes: int = 16 * 2**20
+    #: Above a trainer's batch (OpenRLHF's rollout batch times its samples per prompt); about
+    #: 130 MB of waiting samples at most, where a 16 MB body of minimal ones held 5.6 GB.
+    max_samples: int = 65_536
+
+    def __post_init__(self) -> None:
+        seconds("request_timeout_s", self.request_timeout_s)
+        seconds("read_timeout_s", self.read_timeout_s)
+        count("max_body_bytes", self.max_body_bytes)
+        count("max_samples", self.max_samples)
 
 
 class RewardApp:
@@ -129,7 +143,13 @@ class RewardApp:
                 )
         finally:
             self.metrics.in_flight -= 1
-        await _send(send, code, json.dumps(body).encode(), "application/json")
+        try:
+            payload = json.dumps(body, allow_nan=False).encode()
+        except ValueError as exc:
+            # Bodies are read strictly and scores are finite, the default too: a number that is
+            # not would be a bug of the server's, said as one, not sent as NaN to a trainer.
+            code, payload = 500, json.dumps({"error": f"the server failed: {exc}"}).encode()
+        await _send(send, code, payload, "application/json")
         self.metrics.request(path if handler else "other", code, time.monotonic() - started)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -162,6 +182,12 @@ class RewardApp:
         try:
             body = await self._body(scope, receive)
             calls = self.contract.calls(body)
+            if len(calls) > self.limits.max_samples:
+                raise BadRequest(
+                    f"the request holds {len(calls)} samples, over the "
+                    f"{self.limits.max_samples} samples limit",
+                    413,
+                )
         except BadRequest as exc:
             log.info(json.dumps({"event": "bad_request", "code": exc.status, "error": str(exc)}))
             return exc.status, {"error": str(exc)}
@@ -239,11 +265,22 @@ class RewardApp:
             said = f"the body is {declared} bytes" if declared else "the body is"
             raise BadRequest(f"{said} over the {limit} bytes limit", 413)
         try:
-            return json.loads(b"".join(chunks))
+            return json.loads(b"".join(chunks), parse_constant=_not_json, parse_float=_finite)
         except (ValueError, RecursionError) as exc:
             # ValueError: not UTF-8, not JSON, or an integer of over 4,300 digits (Python's
             # bound on reading one); RecursionError: nested past the interpreter's depth.
             raise BadRequest(f"the body is not JSON this server reads: {exc}") from None
+
+
+def _not_json(constant: str) -> float:
+    raise ValueError(f"{constant} is not JSON (a number must be finite)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is past a float's range")
+    return value
 
 
 async def _handled(

@@ -16,6 +16,7 @@ import socket
 import sys
 
 from pytest_rewardhang.guard import Pool, PoolError, SpecError
+from pytest_rewardhang.guard._limits import count, mebibytes, number, seconds
 
 from ._app import GuardedScoring, Limits, RewardApp
 from ._contracts import STYLES, contract
@@ -64,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-body-mb", type=float, default=16.0, help="largest request body (default: 16)"
     )
     parser.add_argument(
+        "--max-samples",
+        type=int,
+        default=Limits.max_samples,
+        help=f"most samples in one request (default: {Limits.max_samples})",
+    )
+    parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
 
@@ -76,7 +83,7 @@ def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     logging.basicConfig(
         stream=sys.stderr, level=args.log_level.upper(), format="%(message)s", force=True
     )
-    limits = Limits(args.request_timeout, args.read_timeout, int(args.max_body_mb * 2**20))
+    limits = _limits(parser, args)
     terms = contract(args.style, args.label_field)
     listener = socket.create_server((args.host, args.port), backlog=2048)
     try:
@@ -116,6 +123,25 @@ def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         listener.close()
         log.info(json.dumps({"event": "stopped"}))
     return 0
+
+
+def _limits(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Limits:
+    """The request limits given, each checked under its option's name, and the default score."""
+    checks = (
+        ("--default", args.default, number),
+        ("--request-timeout", args.request_timeout, seconds),
+        ("--read-timeout", args.read_timeout, seconds),
+        ("--max-body-mb", args.max_body_mb, mebibytes),
+        ("--max-samples", args.max_samples, count),
+    )
+    try:
+        for option, value, check in checks:
+            check(option, value)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return Limits(
+        args.request_timeout, args.read_timeout, int(args.max_body_mb * 2**20), args.max_samples
+    )
 
 
 def _stopped(signum: int, frame: object) -> None:

@@ -138,6 +138,16 @@ def test_bad_bodies_get_one_sentence(style: str, body: Any, message: str) -> Non
             ).encode(),
             "response.output?0?.content must be a list, not int",
         ),
+        # Python reads NaN, Infinity and 1e999 by default, and the gym style echoed them back:
+        # not JSON, which a strict parser in the trainer refuses.
+        (
+            "gym",
+            b'{"responses_create_params": {}, "response": {"output": []}, '
+            b'"expected_answer": "1", "temperature": NaN}',
+            "the body is not JSON this server reads: NaN is not JSON (a number must be finite)*",
+        ),
+        ("json", b'{"samples": [[-Infinity, "1"]]}', "*-Infinity is not JSON*"),
+        ("json", b'{"samples": [[1e999, "1"]]}', "*1e999 is past a float's range*"),
     ],
 )
 def test_hostile_bodies_get_a_400_that_says_why(style: str, body: bytes, message: str) -> None:
@@ -146,6 +156,53 @@ def test_hostile_bodies_get_a_400_that_says_why(style: str, body: bytes, message
     assert code == 400, answer
     assert fnmatch.fnmatchcase(answer["error"], message), answer
     assert fake.calls == []
+
+
+def test_a_request_over_the_samples_limit_gets_a_413_and_nothing_is_scored() -> None:
+    # 3 million minimal samples fit in a 16 MB body and held 5.6 GB waiting to be scored.
+    app, fake = app_for("json", max_samples=3)
+    body = json.dumps({"samples": [["1", "1"]] * 4}).encode()
+    assert call(app, "POST", "/score", body) == (
+        413,
+        {"error": "the request holds 4 samples, over the 3 samples limit"},
+    )
+    assert fake.calls == []
+    three = json.dumps({"samples": [["1", "1"]] * 3}).encode()
+    assert call(app, "POST", "/score", three)[0] == 200
+
+
+def test_a_score_that_is_not_finite_is_a_500_never_nan_in_an_answer() -> None:
+    class NotFinite(Fake):
+        async def score(self, call: tuple[Any, ...] | dict[str, Any]) -> Scored:
+            return Scored(float("nan"), "ok")
+
+    app = RewardApp(contract("json"), NotFinite())
+    code, answer = call(app, "POST", "/score", b'{"samples": [["1", "1"]]}')
+    assert code == 500
+    assert answer["error"].startswith("the server failed: Out of range float values"), answer
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({"request_timeout_s": float("nan")}, "request_timeout_s must be a positive number *nan"),
+        ({"read_timeout_s": 0}, "read_timeout_s must be a positive number of seconds, not 0"),
+        ({"max_body_bytes": 1.5}, "max_body_bytes must be a positive int, not 1.5"),
+        ({"max_samples": 0}, "max_samples must be a positive int, not 0"),
+    ],
+)
+def test_nonsense_limits_fail_when_made(limits: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match="must be a positive") as raised:
+        Limits(**limits)
+    assert fnmatch.fnmatchcase(str(raised.value), message), raised.value
+
+
+def test_a_default_score_that_is_not_a_finite_number_fails_when_made() -> None:
+    from pytest_rewardhang.serve import GuardedScoring
+
+    for default in (float("nan"), float("inf"), True, "0"):
+        with pytest.raises(ValueError, match="default must be a finite number, not"):
+            GuardedScoring(None, default)  # type: ignore[arg-type]
 
 
 def test_a_failure_of_the_servers_own_is_a_500_that_is_logged_and_counted() -> None:

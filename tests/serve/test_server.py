@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.serve._scorers import HANG
+from tests.serve._scorers import HANG, SCORER
 from tests.serve._server import Server, serving
 
 pytestmark = [
@@ -352,9 +352,19 @@ def post(path: str, body: bytes, *headers: str) -> bytes:
 
 def test_bad_requests_get_one_clear_4xx_each_and_the_server_carries_on() -> None:
     options = ("--style", "openrlhf", *SERVE, "--max-body-mb", "1", "--read-timeout", "1")
-    with serving(*options) as server:
+    with serving(*options, "--max-samples", "5") as server:
         cases: list[tuple[bytes, int, str]] = [
             (post("/get_reward", b"{not json"), 400, "the body is not JSON"),
+            (
+                post("/get_reward", b'{"query": ["a"], "labels": [NaN]}'),
+                400,
+                "the body is not JSON this server reads: NaN is not JSON",
+            ),
+            (
+                post("/get_reward", json.dumps({"query": ["a"] * 6}).encode()),
+                413,
+                "the request holds 6 samples, over the 5 samples limit",
+            ),
             (post("/get_reward", b"\xff\xfe"), 400, "the body is not JSON"),
             (post("/get_reward", b"[1, 2]"), 400, "the body must be a JSON object, not list"),
             (post("/get_reward", b'{"prompt": "x"}'), 400, "the body has no 'query'"),
@@ -411,8 +421,8 @@ def test_bad_requests_get_one_clear_4xx_each_and_the_server_carries_on() -> None
         answer = run(openrlhf_post(server.url, {"query": ["1"], "prompts": [""], "labels": ["1"]}))
         assert answer["rewards"] == [1.0]
         metrics = scrape(server)
-        assert metrics['rewardhang_serve_requests_total{path="/get_reward",code="400"}'] == 7
-        assert metrics['rewardhang_serve_requests_total{path="/get_reward",code="413"}'] == 2
+        assert metrics['rewardhang_serve_requests_total{path="/get_reward",code="400"}'] == 8
+        assert metrics['rewardhang_serve_requests_total{path="/get_reward",code="413"}'] == 3
         assert metrics['rewardhang_serve_requests_total{path="/get_reward",code="408"}'] == 1
         assert metrics['rewardhang_serve_requests_total{path="other",code="404"}'] == 1
 
@@ -445,6 +455,36 @@ def test_health_ready_and_a_graceful_shutdown_that_answers_the_request_in_flight
         assert answer["extra_logs"] == {"reward_hang": [1.0, 0.0]}
         assert server.proc.wait(timeout=30) == 0
     # serving() checked: exit 0, the "stopped" line, and no process of the pool left.
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--default", "nan", "--default must be a finite number, not nan"),
+        ("--request-timeout", "-1", "--request-timeout must be a positive number of seconds"),
+        ("--read-timeout", "inf", "--read-timeout must be a positive number of seconds, not inf"),
+        ("--max-body-mb", "0", "--max-body-mb must be a positive number of MiB"),
+        ("--max-samples", "0", "--max-samples must be a positive int, not 0"),
+    ],
+)
+def test_a_nonsense_option_is_refused_at_start_naming_it(
+    tmp_path: Any, option: str, value: str, message: str
+) -> None:
+    # Each was taken: NaN went out as every hang's score, a read timeout of -1 answered every
+    # request 408, a body limit of 0 every request 413.
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_rewardhang", "serve", SCORER, "--port", "0", option, value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_a_scorer_that_does_not_import_is_refused_at_start(tmp_path: Any) -> None:
