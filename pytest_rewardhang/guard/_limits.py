@@ -66,13 +66,6 @@ def mebibytes(name: str, value: object) -> float | None:
     return float(value)
 
 
-def number(name: str, value: object) -> float:
-    """A finite number (not a bool)."""
-    if not _real(value):
-        raise ValueError(f"{name} must be a finite number, not {_shown(value)}")
-    return float(value)
-
-
 def count(name: str, value: object) -> int:
     """A positive int (not a bool, not a float that happens to be whole)."""
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_rewardhang.guard import Outcome, Pool
-from pytest_rewardhang.guard._limits import count, number, seconds
 
 from ._contracts import BadRequest, Contract, Scored
 from ._metrics import CONTENT_TYPE, Metrics
@@ -61,7 +60,7 @@ class GuardedScoring:
     """Each sample on one warm guarded :class:`Pool`: a hang costs its budget and a worker."""
 
     def __init__(self, pool: Pool, default: float = 0.0) -> None:
-        number("default", default)  # sent to trainers as a score: never NaN
+        checked("default", default, "a finite number")  # sent to trainers as a score
         self.pool = pool
         self.default = default
 
@@ -96,10 +95,23 @@ class Limits:
     max_samples: int = 65_536
 
     def __post_init__(self) -> None:
-        seconds("request_timeout_s", self.request_timeout_s)
-        seconds("read_timeout_s", self.read_timeout_s)
-        count("max_body_bytes", self.max_body_bytes)
-        count("max_samples", self.max_samples)
+        checked("request_timeout_s", self.request_timeout_s, "a positive number of seconds")
+        checked("read_timeout_s", self.read_timeout_s, "a positive number of seconds")
+        checked("max_body_bytes", self.max_body_bytes, "a positive int")
+        checked("max_samples", self.max_samples, "a positive int")
+
+
+def checked(name: str, value: object, kind: str) -> None:
+    """A ``ValueError`` naming ``name`` unless ``value`` is ``kind``: "a finite number", "a
+    positive int", or "a positive number of" some unit. Never NaN, an infinity or a bool: NaN
+    went out as every hang's score, a read timeout of -1 answered every request 408."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        finite = isinstance(value, int) or math.isfinite(value)
+        positive = value > 0 and (kind != "a positive int" or isinstance(value, int))
+        if finite and (kind == "a finite number" or positive):
+            return
+    huge = isinstance(value, int) and value.bit_length() > 64  # its repr may not be made
+    raise ValueError(f"{name} must be {kind}, not {'a huge int' if huge else repr(value)}")
 
 
 class RewardApp:

@@ -16,9 +16,8 @@ import socket
 import sys
 
 from pytest_rewardhang.guard import Pool, PoolError, SpecError
-from pytest_rewardhang.guard._limits import count, mebibytes, number, seconds
 
-from ._app import GuardedScoring, Limits, RewardApp
+from ._app import GuardedScoring, Limits, RewardApp, checked
 from ._contracts import STYLES, contract
 
 __all__ = ["add_arguments", "run_server"]
@@ -128,15 +127,15 @@ def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
 def _limits(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Limits:
     """The request limits given, each checked under its option's name, and the default score."""
     checks = (
-        ("--default", args.default, number),
-        ("--request-timeout", args.request_timeout, seconds),
-        ("--read-timeout", args.read_timeout, seconds),
-        ("--max-body-mb", args.max_body_mb, mebibytes),
-        ("--max-samples", args.max_samples, count),
+        ("--default", args.default, "a finite number"),
+        ("--request-timeout", args.request_timeout, "a positive number of seconds"),
+        ("--read-timeout", args.read_timeout, "a positive number of seconds"),
+        ("--max-body-mb", args.max_body_mb, "a positive number of MiB"),
+        ("--max-samples", args.max_samples, "a positive int"),
     )
     try:
-        for option, value, check in checks:
-            check(option, value)
+        for option, value, kind in checks:
+            checked(option, value, kind)
     except ValueError as exc:
         parser.error(str(exc))
     return Limits(

@@ -189,6 +189,7 @@ def test_a_score_that_is_not_finite_is_a_500_never_nan_in_an_answer() -> None:
         ({"read_timeout_s": 0}, "read_timeout_s must be a positive number of seconds, not 0"),
         ({"max_body_bytes": 1.5}, "max_body_bytes must be a positive int, not 1.5"),
         ({"max_samples": 0}, "max_samples must be a positive int, not 0"),
+        ({"max_samples": -(10**5000)}, "max_samples must be a positive int, not a huge int"),
     ],
 )
 def test_nonsense_limits_fail_when_made(limits: dict[str, Any], message: str) -> None:
