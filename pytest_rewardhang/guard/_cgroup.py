@@ -346,35 +346,51 @@ def into_leaf() -> str | None:
 _joined: list[Group] = []
 
 
-def kill_strays() -> int:
-    """In a guarded process (a pool worker) between items: SIGKILL every other living process
-    of its group, which its item left outside its subtree (the ``prctl`` escape); how many.
+#: The most looks through its group a worker takes between two items (see :func:`kill_strays`).
+_STRAY_LOOKS = 64
 
-    Each is signalled through a pidfd taken before it is checked to be in the group still, so
-    a pid reused meanwhile by a process elsewhere is never signalled.
+
+def kill_strays() -> tuple[int, bool]:
+    """In a guarded process (a pool worker) between items: SIGKILL every other living process
+    of its group, which its item left outside its subtree (the ``prctl`` escape); how many,
+    and whether a look then found nobody alive.
+
+    It looks again until a look lists nobody but the processes it has killed (which can start
+    no other: a fork fails with SIGKILL pending), at most :data:`_STRAY_LOOKS` times: a chain
+    whose every process forks the next and exits is gone from one look's list by the time it
+    is signalled, and one found exited on its own may have just forked. One that outruns every
+    look is not chased further: the worker retires, and its group is killed whole, in one
+    write, when it is reaped. Each is signalled through a pidfd taken before it is checked to
+    be in the group still, so a pid reused meanwhile by a process elsewhere is never signalled.
     """
     if not _joined:
-        return 0
+        return 0, True
     group, me = _joined[0], os.getpid()
     where = "0::/" + os.path.relpath(group.path, _mount() or "/")
-    killed = 0
-    for pid in group.members():
-        if pid == me or not _procfs.alive(pid):
-            continue
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        try:
-            if not any(_below(line, where) for line in lines(f"/proc/{pid}/cgroup")):
-                continue
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            killed += 1
-        except OSError:
-            continue
-        finally:
-            os.close(pidfd)
-    return killed
+    killed: set[int] = set()
+    for _ in range(_STRAY_LOOKS):
+        found = [pid for pid in group.members() if pid != me and pid not in killed]
+        if not found:
+            return len(killed), True
+        killed.update(pid for pid in found if _procfs.alive(pid) and _kill_member(pid, where))
+    return len(killed), False
+
+
+def _kill_member(pid: int, where: str) -> bool:
+    """SIGKILL ``pid`` if it is still in the group ``where`` (or below it); whether it was."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        if not any(_below(line, where) for line in lines(f"/proc/{pid}/cgroup")):
+            return False
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(pidfd)
 
 
 def close_in_children(fd: int) -> None:

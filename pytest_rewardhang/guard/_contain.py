@@ -123,10 +123,12 @@ class Cage:
         how many were left running. A second call does nothing."""
         return 0
 
-    def kill_strays(self) -> int:
+    def kill_strays(self) -> tuple[int, bool]:
         """In the guarded process (a pool's worker between items): kill what its item left in
-        the cage outside its subtree (the ``prctl`` escape); how many. None is found here."""
-        return 0
+        the cage outside its subtree (the ``prctl`` escape); how many, and whether the cage was
+        then found clear (if not, the worker retires: its cage is then killed whole). None is
+        found here."""
+        return 0, True
 
     def close_reaped(self, strays: Strays) -> int:
         """Once a pool's worker is reaped: kill what it left running; how many. Its orphans
@@ -181,7 +183,7 @@ class _GroupCage(Cage):
     def close(self, until: float) -> int:
         return self.group.close(until)
 
-    def kill_strays(self) -> int:
+    def kill_strays(self) -> tuple[int, bool]:
         return _cgroup.kill_strays()
 
     def close_reaped(self, strays: Strays) -> int:

@@ -104,13 +104,13 @@ class Isolated(_Serve):  # pragma: no cover - worker only
         wall, size, number, dropped, self.state.dirty = _HANDED.unpack_from(handed)
         payload = None if size == _FLOAT else bytes(handed[_HANDED.size :])
         # What it left running came to us, the subreaper, as it ended: killed and counted.
-        leaked = self._leaked(True)
+        leaked, cleared = self._leaked(True)
         dirty, self.state.dirty = self.state.dirty, False
         # The child may have re-limited us, its parent, from outside: put back for the next
         # one, or, where that cannot be, retire once this answer is written.
         leaving = not _inherit.put_back(self.inherited)
         ready = self._ready()
-        leaving = not self._confined(dirty, ready) or leaving
+        leaving = not (self._confined(dirty, ready) and cleared) or leaving
         output, drained = self._output(ready)
         used = os.times()
         result = result_frame(

@@ -545,7 +545,7 @@ class _Serve:  # pragma: no cover - worker only
         threads = _procfs.own_threads(1, _THREAD_EXIT_S) if self.state.dirty else None
         if threads not in (1, None):
             alone = False
-        leaked = self._leaked(alone)
+        leaked, cleared = self._leaked(alone)
         # The peak only grows during an item that allocates, which takes time: a quick item
         # cannot have moved it far since the last look.
         self.items += 1
@@ -559,7 +559,8 @@ class _Serve:  # pragma: no cover - worker only
         except Exception:  # noqa: BLE001 - e.g. the item closed the saved cwd's descriptor
             leaving = True
         ready = self._ready()
-        leaving = not self._confined(dirty, ready) or leaving or self.damaged or beneath
+        confined = self._confined(dirty, ready) and cleared
+        leaving = not confined or leaving or self.damaged or beneath
         # The CPU the item's leftovers took to clear (a folder of files, say) is its own, not
         # the next item's, which starts at this mark.
         cpu_total = self.cpu_mark = time.process_time()
@@ -620,10 +621,11 @@ class _Serve:  # pragma: no cover - worker only
         os.set_blocking(self.output_r, False)
         return read_bounded(self.output_r, OUTPUT_LIMIT)
 
-    def _leaked(self, alone: bool) -> int:
-        """Kill what the item left running; cheap when it started nothing."""
+    def _leaked(self, alone: bool) -> tuple[int, bool]:
+        """Kill what the item left running; cheap when it started nothing. And whether its
+        group was found clear after (if not, the worker retires, and the group goes whole)."""
         if not self.subreaper:
-            return 0
+            return 0, True
         # An item that forked or called C (audited events) may have left a process outside
         # its subtree (the prctl escape): what else is in the worker's group is its too.
         # Taken first: the walk's own reads of /proc are audited events too.
@@ -633,7 +635,10 @@ class _Serve:  # pragma: no cover - worker only
         leaked = 0
         if not (alone and self._childless()):
             leaked = _walkkill.kill_descendants(os.getpid()) + _reap.reap_children()
-        return leaked + (self.cage.kill_strays() if escapable else 0)
+        if not escapable:
+            return leaked, True
+        strays, cleared = self.cage.kill_strays()
+        return leaked + strays, cleared
 
     def _childless(self) -> bool:
         """The children list, read through the worker's own descriptor, is empty; False (look

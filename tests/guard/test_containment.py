@@ -310,6 +310,33 @@ def escape_and_hang(path):
     escape(path)
     time.sleep(60)
 
+def escape_a_relay(path, delta):
+    # prctl called through a pointer made from an address (libc's memmove's, which ctypes
+    # holds, plus the distance to prctl the test measured): no audited event, so the worker
+    # does not retire for it. Out of the worker's subtree then, sixteen chains whose every
+    # process forks the next and exits: no pid lives long, so a look through the group finds
+    # most of them gone.
+    prctl = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_ulong] * 5)(ctypes._memmove_addr + delta)
+    prctl(36, 0, 0, 0, 0)
+    prctl(1, 0, 0, 0, 0)
+    _record(path, _me())
+    with open(path + ".group", "w") as f:
+        f.write(open("/proc/self/cgroup").read())
+    for _ in range(16):
+        if os.fork() == 0:
+            try:
+                if os.fork() == 0:
+                    os.setsid()
+                    while True:
+                        try:
+                            if os.fork():
+                                os._exit(0)
+                        except OSError:
+                            pass
+            finally:
+                os._exit(0)
+    time.sleep(0.2)
+
 def kill_the_zygote_and_hang(path):
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
     _record(path, _me(), _started(sleeper))
@@ -442,6 +469,42 @@ def test_a_killed_fork_storm_is_reaped_while_the_pool_goes_on(tmp_path: Path) ->
         dying = {pid: state(pid) for pid in children(zygote) if dead_or_dying(pid)}
         assert not dying, "a dead worker's orphans were not reaped"
         assert len(children(zygote)) <= 3  # the workers, a PID namespace's init
+
+
+def _living(procs: Path, but: int) -> list[int]:
+    """The living members of the group whose ``cgroup.procs`` is ``procs`` (none once it is
+    removed), but ``but``."""
+    try:
+        members = {int(pid) for pid in procs.read_text().split()} - {but}
+    except FileNotFoundError:
+        return []
+    return [pid for pid in members if not dead_or_dying(pid)]
+
+
+def test_a_relay_that_escaped_its_worker_is_killed(tmp_path: Path) -> None:
+    # Each process of a chain lives as long as one fork, so one look through the worker's group
+    # after the item found most chains' pids gone, and left them running beside the items
+    # after. The worker looks until it finds nobody alive; a chain that outruns every look
+    # retires it, and its group is killed whole.
+    if _contain.containment() is not Containment.CGROUP:
+        pytest.skip("cgroups only: elsewhere the relay dies when the pool closes")
+    (tmp_path / "attacks.py").write_text(_ATTACKS)
+    path = tmp_path / "pids"
+    libc = ctypes.CDLL(None)
+    delta = ctypes.cast(libc.prctl, ctypes.c_void_p).value - ctypes._memmove_addr  # type: ignore[attr-defined]
+    with Pool(f"{tmp_path / 'attacks.py'}:escape_a_relay", budget=10, workers=1) as pool:
+        (out,) = pool.map([(str(path), delta)])
+        assert out.ok, out.describe()
+        (worker,) = _await_pids(path, 1)
+        (line,) = [line for line in Path(f"{path}.group").read_text().split() if line[:3] == "0::"]
+        procs = Path(_cgroup._mount() or "/", line[3:].lstrip("/"), "cgroup.procs")
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while _living(procs, worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _living(procs, worker), out.describe()
+        assert out.leaked >= 1, out.describe()
+        (after,) = pool.map([(str(tmp_path / "more"), delta)])
+        assert after.ok, after.describe()  # the pool goes on
 
 
 def test_a_workers_escapee_is_killed(tmp_path: Path) -> None:
