@@ -18,17 +18,25 @@ class ChangedError(Exception):
 
 
 def changed_files(ref: str, rootdir: Path) -> set[Path]:
-    """Files that differ from ``ref`` in the working tree, plus untracked ones, resolved."""
+    """Files that differ from ``ref`` in the working tree, plus untracked ones, resolved.
+
+    Names come NUL-separated (``-z``): without it git quotes and escapes any name that is not
+    plain ASCII (``"gr\303\266\303\237e.py"``), which then matched no scorer's file, and the
+    changed scorer went unchecked. A ref that starts with ``-`` would be read as an option."""
+    if ref.startswith("-"):
+        raise ChangedError(f"{ref!r} is not a git ref (it starts with '-')")
     top = _git(["rev-parse", "--show-toplevel"], rootdir, f"{rootdir} is not in a git repository")
-    base = Path(top.strip())
-    diff = _git(["diff", "--name-only", ref, "--"], rootdir, f"git cannot diff against {ref!r}")
+    base = Path(top.rstrip("\n"))
+    diff = _git(
+        ["diff", "-z", "--name-only", ref, "--"], rootdir, f"git cannot diff against {ref!r}"
+    )
     untracked = _git(
-        ["ls-files", "--others", "--exclude-standard", "--full-name"],
+        ["ls-files", "-z", "--others", "--exclude-standard", "--full-name"],
         rootdir,
         "git cannot list untracked files",
     )
-    names = [*diff.splitlines(), *untracked.splitlines()]
-    return {(base / name).resolve() for name in names if name.strip()}
+    names = [*diff.split("\0"), *untracked.split("\0")]
+    return {(base / name).resolve() for name in names if name}
 
 
 def _git(args: list[str], cwd: Path, failure: str) -> str:
@@ -38,6 +46,8 @@ def _git(args: list[str], cwd: Path, failure: str) -> str:
             cwd=cwd,
             capture_output=True,
             text=True,
+            encoding="utf-8",
+            errors="surrogateescape",  # a name in no encoding is still the file's name
             check=False,
             timeout=60,
         )

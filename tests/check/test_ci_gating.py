@@ -198,6 +198,28 @@ def test_a_new_untracked_scorer_counts_as_changed(repo: pytest.Pytester) -> None
     ) == {"fresh.compute_score"}
 
 
+def test_a_changed_scorer_whose_path_git_quotes_is_selected(repo: pytest.Pytester) -> None:
+    # git quotes and escapes a name that is not plain ASCII ("rewards/gr\303\266..."): read as
+    # a path, it matched no scorer's file, and the changed scorer was deselected, its hang
+    # unchecked, the run green.
+    for name in ("größe.py", "tab\tname.py"):
+        write(repo.path / "rewards" / name, "def compute_score(s, g):\n    return 0.0\n")
+    git(repo.path, "add", "-A")
+    git(repo.path, "commit", "-q", "-m", "odd names")
+    for name in ("größe.py", "tab\tname.py"):
+        write(repo.path / "rewards" / name, "def compute_score(s, g):\n    return 1.0\n")
+    scorers = [f"--reward-hang-scorer=rewards/{name}:compute_score" for name in ("größe.py",)]
+    assert selected(repo, *scorers, "--reward-hang-changed") == {"gr_e.compute_score"}
+
+
+def test_a_ref_that_would_be_a_git_option_is_refused(repo: pytest.Pytester) -> None:
+    target = repo.path / "written-by-git"
+    result = usage(repo, *FAST, f"--reward-hang-changed=--output={target}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --reward-hang-changed: '--output=*' is not a git ref*"])
+    assert not target.exists()
+
+
 def test_changed_without_git_or_with_a_bad_ref_says_so_in_one_line(
     repo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
