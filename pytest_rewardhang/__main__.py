@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 
 from pytest_rewardhang.check._calls import CONTEXT_NAMES, ScorerCall, response_length
+from pytest_rewardhang.check._shown import shown
 from pytest_rewardhang.guard import run
+from pytest_rewardhang.guard._limits import mebibytes, seconds
 from pytest_rewardhang.guard._spec import SpecError
 
 #: Cases saved before contexts existed were called off the main thread.
@@ -46,13 +48,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         record = json.loads(args.file.read_text(encoding="utf-8"))
         spec, kwargs = record["spec"], record["kwargs"]
+        if not (isinstance(spec, str) and isinstance(kwargs, dict)):
+            raise TypeError("its spec must be a string and its kwargs an object")
         deadline = float(args.deadline or record["deadline"])
         context = str(args.context or record.get("context") or _OLD_CONTEXT)
         materialize = tuple((str(a), str(b)) for a, b in record.get("materialize", []))
         if context not in CONTEXT_NAMES:
             raise ValueError(f"unknown context {context!r}")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        parser.error(f"{args.file}: not a saved case: {type(exc).__name__}: {exc}")
+        seconds("deadline", deadline)
+        memory_mb = mebibytes("memory_mb", record.get("memory_mb"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        parser.error(shown(f"{args.file}: not a saved case: {type(exc).__name__}: {exc}"))
     call = ScorerCall(spec, str(Path.cwd()), context, materialize, keep_value=True)
     try:
         call.load()
@@ -61,19 +67,23 @@ def main(argv: list[str] | None = None) -> int:
     chars = record.get("chars")
     if not isinstance(chars, int):
         arg = record.get("response_arg")
-        values = [kwargs[arg]] if arg in kwargs else list(kwargs.values())
+        values = [kwargs[arg]] if isinstance(arg, str) and arg in kwargs else list(kwargs.values())
         chars = max((response_length(v) for v in values), default=0)
+    # The spec is what runs, whatever the file calls the scorer: said first, so that a case
+    # file from elsewhere (a CI cache, an artifact) cannot run other code under a known name.
     print(
-        f"{record.get('scorer', spec)} case {record.get('case', '?')}: {chars} chars, "
-        f"deadline {deadline:g} s, called {CONTEXT_NAMES[context]} ({context})"
+        shown(
+            f"{spec} ({record.get('scorer', '?')}) case {record.get('case', '?')}: {chars} chars,"
+            f" deadline {deadline:g} s, called {CONTEXT_NAMES[context]} ({context})"
+        )
     )
     # objects=True: the user's own scorer, in their own terminal, and its value is the point.
-    out = run(call, kwargs=kwargs, budget=deadline, memory_mb=record.get("memory_mb"), objects=True)
-    print(out.describe())
+    out = run(call, kwargs=kwargs, budget=deadline, memory_mb=memory_mb, objects=True)
+    print(shown(out.describe()))
     if out.stack:
-        print(out.stack)
+        print(shown(out.stack))
     elif out.error:
-        print(out.error)
+        print(shown(out.error))
     return 0 if out.ok else 1
 
 

@@ -300,9 +300,14 @@ def _wrong(key: str, value: object) -> str:
     comparison, or failed it with a traceback); empty if nothing."""
     if value is None and key != "calibration_s":  # a measure this entry does not have
         return ""
-    number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    try:  # an int too large for a float (a 400-digit one) overflowed in every comparison
+        number = number and math.isfinite(float(value))  # type: ignore[arg-type]
+    except OverflowError:
+        number = False
     if not number:
-        return f"must be a finite number, not {value!r}"
+        shown = "an int too large for a float" if isinstance(value, int) else repr(value)
+        return f"must be a finite number, not {shown}"
     if key == "growth_exponent":  # a fit's slope: a flat curve's may come out below 0
         return ""
     positive = key == "calibration_s"  # the machine's speed: every CPU time is divided by it

@@ -35,6 +35,7 @@ from pytest_rewardhang.guard._spec import SpecError, is_file_target, split_spec
 from . import _calls
 from ._options import Settings
 from ._scorers import ScorerSpec
+from ._shown import first_line
 
 #: Importing a scorer (sympy, torch, ...) may take far longer than one call is allowed.
 IMPORT_BUDGET_S = 120.0
@@ -819,7 +820,7 @@ def _absolute(spec: str, rootdir: Path) -> str:
 
 def _first_line(out: Outcome) -> str:
     if out.status is Status.ERROR and out.error:
-        line = out.error.splitlines()[0]
+        line = first_line(out.error)
         for cls in (
             SpecError,
             _calls.CallStyleError,

@@ -13,6 +13,7 @@ from pytest_rewardhang.guard._outcome import Status
 
 from . import _report, _verdict
 from ._checker import SEARCH, CaseResult, ScorerProblem, growth_of
+from ._shown import shown
 from ._verdict import Kind, Verdict
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class RewardHangItem(pytest.Item):
         style: Any = None,
     ) -> str | Any:
         if isinstance(excinfo.value, RewardHangFailure | ScorerProblem):
-            return str(excinfo.value)
+            return shown(str(excinfo.value))  # it quotes what the scorer raised or named
         return super().repr_failure(excinfo, style=style)
 
 

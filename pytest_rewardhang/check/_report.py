@@ -25,6 +25,7 @@ from pytest_rewardhang.guard._outcome import (
     under,
 )
 
+from ._shown import first_line, shown, strict
 from ._source import locate
 from ._verdict import Kind, Verdict, rollup
 
@@ -336,7 +337,7 @@ def _problem(result: CaseResult) -> str:
     if out.status is Status.OK and out.leaked:
         return f"left {out.leaked} process(es) running after it returned (killed)"
     if out.error:
-        return out.error.splitlines()[0]
+        return first_line(out.error)
     return out.describe()
 
 
@@ -482,7 +483,11 @@ class Summary:
         ]
 
     def baseline_lines(self) -> list[str]:
-        """New entries (and why) and confirmed regressions, one line each."""
+        """New entries (and why) and confirmed regressions, one line each (:func:`shown`: they
+        quote the baseline file's strings)."""
+        return [shown(line) for line in self._baseline_lines()]
+
+    def _baseline_lines(self) -> list[str]:
         lines = []
         compared = [b for b in self.baselines if b.get("comparison") is not None]
         within = sum(b["comparison"]["status"] == "ok" for b in compared)
@@ -609,7 +614,8 @@ class Summary:
         for record in self.records:
             if record["verdict"] in (Kind.REGRESSED, Kind.NO_LONGER_HANGS):
                 title = "reward hang " + record["verdict"].replace(Kind.NO_LONGER_HANGS, "fixed")
-                lines.append(f"::error title={title}::{record['id']}::{record['family']}")
+                text = _data(shown(f"{record['id']}::{record['family']}"))
+                lines.append(f"::error title={_property(title)}::{text}")
             if record["verdict"] not in (Kind.HANG, Kind.SLOW):
                 continue
             for case in record["cases"]:
@@ -640,12 +646,22 @@ def _annotation(record: dict[str, Any], case: dict[str, Any]) -> str:
         )
     if innermost and innermost != stuck:
         text += f"; innermost frame {_frame(tuple(innermost))}"
-    # A message is one line: GitHub ends it at a newline unless escaped.
-    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    title = _property(title)
     if place:
-        file, line = place[0], place[1]
-        return f"::error file={file},line={line},title={title}::{text}"
-    return f"::error title={title}::{text}"
+        file, line = _property(shown(str(place[0]))), int(place[1])
+        return f"::error file={file},line={line},title={title}::{_data(shown(text))}"
+    return f"::error title={title}::{_data(shown(text))}"
+
+
+def _data(text: str) -> str:
+    """An annotation's message, escaped as GitHub's toolkit does: one line."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _property(text: str) -> str:
+    """An annotation's property (``file=``, ``title=``), escaped as GitHub's toolkit does: a
+    file name with ``,`` or ``:`` set other properties of its own (``line=``, ``title=``)."""
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def _markdown_table(scorers: list[dict[str, Any]]) -> str:
@@ -669,11 +685,14 @@ def as_json(value: Any, indent: int | None = None) -> str:
 
 
 def _finite(value: Any) -> Any:
-    """``value`` with NaN and infinities as null: JSON has no such numbers (unreadable times)."""
+    """``value`` with NaN and infinities as null (JSON has no such numbers: unreadable times),
+    and its strings as UTF-8 can hold them (:func:`strict`: a lone surrogate a scorer raised)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return strict(value)
     if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
+        return {_finite(key): _finite(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [_finite(item) for item in value]
     return value

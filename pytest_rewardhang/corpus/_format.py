@@ -401,6 +401,10 @@ def load_program_file(path: Path, raw: bytes | None = None) -> Program:
     except SyntaxError as exc:
         raise CorpusError(f"{path}:{exc.lineno or 1}: not valid Python: {exc.msg}") from None
     name = path.stem.replace("_", "-")
+    if not _NAME.match(name):  # a case's id: printed, and the name of its saved file
+        raise CorpusError(
+            f"{path}:1: file name {path.name!r}: use lowercase letters, digits, '_', '-', '.'"
+        )
     return Program(
         header["family"],
         name,

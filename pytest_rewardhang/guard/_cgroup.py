@@ -82,6 +82,24 @@ try:
         f.write("1")
 except OSError:
     pass
+# cgroup.kill passes over a process whose main thread has exited while others run: each is
+# sent SIGKILL as well, through a pidfd (it reaches all its threads).
+for _, _, _, fd in os.fwalk(home):
+    try:
+        with open("cgroup.procs", opener=lambda name, flags: os.open(name, flags, dir_fd=fd)) as f:
+            pids = f.read().split()
+    except OSError:
+        continue
+    for pid in pids:
+        try:
+            pidfd = os.pidfd_open(int(pid))
+        except OSError:
+            continue
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        os.close(pidfd)
 deadline = time.monotonic() + 10
 def rmdir(name, dir_fd=None):
     while True:
@@ -359,38 +377,27 @@ def kill_strays() -> tuple[int, bool]:
     no other: a fork fails with SIGKILL pending), at most :data:`_STRAY_LOOKS` times: a chain
     whose every process forks the next and exits is gone from one look's list by the time it
     is signalled, and one found exited on its own may have just forked. One that outruns every
-    look is not chased further: the worker retires, and its group is killed whole, in one
-    write, when it is reaped. Each is signalled through a pidfd taken before it is checked to
-    be in the group still, so a pid reused meanwhile by a process elsewhere is never signalled.
+    look is not chased further: the worker retires, and its group is killed whole when it is
+    reaped. A process killed is known by its pid and its start time: a pid reused meanwhile
+    (a stray that reaps the one it was killed as, and forks into its pid) is a new one. Each
+    listed process is signalled, whatever its main thread's state: one whose main thread has
+    exited while others run looks a zombie. Each is signalled through a pidfd taken before it
+    is checked to be in the group still, so a pid reused by a process elsewhere never is.
     """
     if not _joined:
         return 0, True
     group, me = _joined[0], os.getpid()
-    where = "0::/" + os.path.relpath(group.path, _mount() or "/")
-    killed: set[int] = set()
+    killed: dict[int, bytes | None] = {}
     for _ in range(_STRAY_LOOKS):
-        found = [pid for pid in group.members() if pid != me and pid not in killed]
+        found = [
+            (pid, started)
+            for pid in group.members()
+            if pid != me and killed.get(pid, b"") != (started := _started(pid))
+        ]
         if not found:
             return len(killed), True
-        killed.update(pid for pid in found if _procfs.alive(pid) and _kill_member(pid, where))
+        killed.update((pid, started) for pid, started in found if group.kill_member(pid))
     return len(killed), False
-
-
-def _kill_member(pid: int, where: str) -> bool:
-    """SIGKILL ``pid`` if it is still in the group ``where`` (or below it); whether it was."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except OSError:
-        return False
-    try:
-        if not any(_below(line, where) for line in lines(f"/proc/{pid}/cgroup")):
-            return False
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(pidfd)
 
 
 def close_in_children(fd: int) -> None:
@@ -518,9 +525,31 @@ class Group:
 
     def strike(self) -> None:
         """SIGKILL everything in the group at once. Nothing can join it after that: a process
-        with SIGKILL pending forks nothing."""
+        with SIGKILL pending forks nothing. ``cgroup.kill`` passes over a process whose main
+        thread has exited while its other threads run on (it signals the exited one, and none
+        of the others acts on it): each member is sent SIGKILL as well, which reaches them."""
         self._write("cgroup.kill", b"1")
+        for pid in self.members():
+            self.kill_member(pid)
         self.killed = True
+
+    def kill_member(self, pid: int) -> bool:
+        """SIGKILL ``pid`` (all its threads) if it is still in the group (or one below it);
+        whether it was."""
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return False
+        try:
+            where = "0::/" + os.path.relpath(self.path, _mount() or "/")
+            if not any(_below(line, where) for line in lines(f"/proc/{pid}/cgroup")):
+                return False
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(pidfd)
 
     def kill(self, spare: int = 0) -> int:
         """:meth:`stop`, then :meth:`strike`; how many it counted."""

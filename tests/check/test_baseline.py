@@ -349,6 +349,11 @@ def test_load_refuses_files_that_are_not_baselines(tmp_path: Path) -> None:
         ({"cpu_max_s": -1}, "cpu_max_s must be at least 0, not -1"),
         ({"calibration_s": 0}, "calibration_s must be above 0, not 0"),
         ({"calibration_s": "x"}, "calibration_s must be a finite number, not 'x'"),
+        # An OverflowError from the check itself: INTERNALERROR.
+        (
+            {"calibration_s": 10**400},
+            "calibration_s must be a finite number, not an int too large for a float",
+        ),
     ],
 )
 def test_load_refuses_numbers_it_could_not_compare(

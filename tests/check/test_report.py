@@ -282,3 +282,87 @@ def test_every_json_the_check_writes_is_strict_json() -> None:
         "cases": [{"cpu_s": None, "wall_s": 0.5}],
         "worst": None,
     }
+    # A scorer's problem holding a lone surrogate: "\ud800" in JSON, which jq refuses.
+    text = _report.as_json({"problem": "bad \ud800 input", "\udcff": 1})
+    read = json.loads(text)
+    assert read == {"problem": "bad \\ud800 input", "\\udcff": 1}
+    json.dumps(read, ensure_ascii=False).encode("utf-8")  # no lone surrogate left to encode
+
+
+#: A scorer whose errors and stuck frames carry what the policy wrote: workflow commands, a
+#: terminal's escapes, a lone surrogate, two megabytes on one line.
+HOSTILE = r"""
+import sys
+
+_FORGED = type("::error file=README.md,line=1,title=INJECTED::pwned", (Exception,), {})
+_FORGED.__module__ = "builtins"
+_SPIN = compile(
+    "def spin():\n    sum(range(10**13))\n",
+    "evil.py,line=7,title=FORGED::x\n::add-mask::secret",
+    "exec",
+)
+_NS = {}
+exec(_SPIN, _NS)
+
+
+def compute_score(solution_str, ground_truth):
+    n = len(solution_str)
+    if n > 6000:
+        _NS["spin"]()
+    if n > 3000:
+        raise _FORGED("boom ##[error]legacy \x1b[2J\x1b[1A\rfake \ud800 " + "A" * (2 << 20))
+    return 0.0
+"""
+
+
+def test_what_a_scorer_raises_or_names_cannot_command_the_ci_log_or_the_terminal(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(hostile=HOSTILE)
+    pytester.makeini("[pytest]\n")
+    result = _run_check(pytester, "hostile.py:compute_score")
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out[-2000:]
+    assert "INTERNALERROR" not in out
+    # GitHub runs a line that starts with "::" after its indentation; ours are the only ones.
+    commands = [line for line in out.splitlines() if line.lstrip().startswith("::")]
+    assert commands, out[-2000:]
+    assert all(line.startswith("::error file=") for line in commands), commands
+    for line in commands:
+        properties = line.split("::")[1].split(",")  # "error file=...", "line=N", "title=..."
+        assert [p.split("=")[0] for p in properties] == ["error file", "line", "title"], line
+        assert "FORGED" not in properties[-1], line
+        assert "INJECTED" not in line.split("::")[1], line
+    assert "##[" not in out
+    assert "\x1b" not in out
+    assert "\r" not in out
+    assert "\\::error file=README.md" in out  # shown, and broken
+    assert len(out) < 2 << 20  # the 2 MiB line is cut, on every case it failed
+    # The JSON report and the JUnit properties: UTF-8 a strict parser reads.
+    report = (pytester.path / "r.json").read_bytes()
+    assert b"\\ud800" not in report
+    report.decode("utf-8")
+
+
+def test_repro_says_what_it_runs_and_refuses_a_file_it_cannot_read(tmp_path: Path) -> None:
+    def repro(case: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        path = tmp_path / "case.json"
+        path.write_text(json.dumps(case))
+        return subprocess.run(
+            [sys.executable, "-m", "pytest_rewardhang", "repro", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+
+    # The spec runs, whatever the file calls the scorer: the first line says which.
+    case = {"spec": "os:getcwd", "scorer": "scorer.compute_score", "kwargs": {}, "deadline": 5}
+    done = repro({**case, "case": "x\n::error::forged"})
+    assert done.stdout.startswith("os:getcwd (scorer.compute_score) case x\n\\::error"), done
+    # Each was a traceback: one line naming the file, exit 2.
+    for bad in ({"kwargs": [1]}, {"deadline": float("nan")}, {"memory_mb": "lots"}):
+        done = repro({**case, **bad})
+        assert done.returncode == 2, done
+        assert "not a saved case" in done.stderr, done
+        assert "Traceback" not in done.stderr, done

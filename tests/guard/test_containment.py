@@ -337,6 +337,42 @@ def escape_a_relay(path, delta):
                 os._exit(0)
     time.sleep(0.2)
 
+def escape_a_zombie_leader(path, delta):
+    # Out of the worker's subtree (as escape_a_relay), a process whose main thread exits while
+    # another runs on: its pid reads as a zombie, and cgroup.kill passes over it.
+    prctl = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_ulong] * 5)(ctypes._memmove_addr + delta)
+    prctl(36, 0, 0, 0, 0)
+    prctl(1, 0, 0, 0, 0)
+    with open(path + ".group", "w") as f:
+        f.write(open("/proc/self/cgroup").read())
+    middle = os.fork()
+    if middle == 0:
+        try:
+            if os.fork() == 0:
+                import threading
+                threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+                _record(path, _me())
+                ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: this thread only
+        finally:
+            os._exit(0)
+    os.waitpid(middle, 0)
+    time.sleep(0.2)
+
+def zombie_leader_and_hang(path):
+    libc = ctypes.CDLL(None)
+    libc.prctl(36, 0, 0, 0, 0)
+    libc.prctl(1, 0, 0, 0, 0)
+    if os.fork() == 0:
+        try:
+            if os.fork() == 0:
+                import threading
+                threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+                _record(path, _me())
+                libc.syscall(60, 0)
+        finally:
+            os._exit(0)
+    time.sleep(60)
+
 def kill_the_zygote_and_hang(path):
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
     _record(path, _me(), _started(sleeper))
@@ -376,6 +412,21 @@ def test_the_caller_sigkilled_mid_map_takes_the_pool_along(tmp_path: Path) -> No
         caller.kill()
         caller.wait()
     _assert_gone([*zygotes, *pids])
+
+
+def test_the_caller_sigkilled_takes_an_escapee_whose_main_thread_exited_along(
+    tmp_path: Path,
+) -> None:
+    # The keeper's cgroup.kill passes over it: it is sent SIGKILL by its pid as well.
+    if _contain.containment() is not Containment.CGROUP:
+        pytest.skip("cgroups only: the keeper is the cgroups' own")
+    caller = _caller(tmp_path, "pool", "zombie_leader_and_hang")
+    try:
+        pids = _await_pids(tmp_path / "pids", 2, caller)  # one escapee per worker
+    finally:
+        caller.kill()
+        caller.wait()
+    _assert_no_thread_left(pids)
 
 
 def test_a_call_that_kills_its_zygote_leaves_nothing(tmp_path: Path) -> None:
@@ -505,6 +556,44 @@ def test_a_relay_that_escaped_its_worker_is_killed(tmp_path: Path) -> None:
         assert out.leaked >= 1, out.describe()
         (after,) = pool.map([(str(tmp_path / "more"), delta)])
         assert after.ok, after.describe()  # the pool goes on
+
+
+def test_an_escapee_whose_main_thread_exited_is_killed(tmp_path: Path) -> None:
+    # Its main thread a zombie, its other thread running: the worker's look passed over it as
+    # not alive, and the cgroup.kill of its group at the worker's end reached no thread of
+    # it: it outlived the pool, and its group, for good.
+    if _contain.containment() is not Containment.CGROUP:
+        pytest.skip("cgroups only: elsewhere it dies when the pool closes")
+    (tmp_path / "attacks.py").write_text(_ATTACKS)
+    path = tmp_path / "pids"
+    libc = ctypes.CDLL(None)
+    delta = ctypes.cast(libc.prctl, ctypes.c_void_p).value - ctypes._memmove_addr  # type: ignore[attr-defined]
+    with Pool(f"{tmp_path / 'attacks.py'}:escape_a_zombie_leader", budget=10, workers=1) as pool:
+        (out,) = pool.map([(str(path), delta)])
+        assert out.ok, out.describe()
+        (escapee,) = _await_pids(path, 1)
+        _assert_no_thread_left([escapee])
+        assert out.leaked >= 1, out.describe()
+
+
+def _assert_no_thread_left(pids: list[int]) -> None:
+    """Every thread of ``pids`` ends within the bound; what is left is killed, then fails."""
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while any(map(_running_threads, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [pid for pid in pids if _running_threads(pid)]
+    for pid in left:  # leave nothing behind for the next test, then fail
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running {GONE_WITHIN_S:g} s after: {left}"
+
+
+def _running_threads(pid: int) -> list[int]:
+    """The threads of ``pid`` that are neither zombies nor gone."""
+    try:
+        tids = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        return []
+    return [tid for tid in tids if (state(tid) or "X") not in "ZX"]
 
 
 def test_a_workers_escapee_is_killed(tmp_path: Path) -> None:
