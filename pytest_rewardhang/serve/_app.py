@@ -7,14 +7,17 @@ or 405 for a known path with the wrong method.
 
 A request is read whole before anything is scored, within ``read_timeout_s`` (a client that
 sends its body slowly gets 408) and ``max_body_bytes`` (413: what is past the limit is read and
-dropped, never held), and holds at most ``max_samples`` samples (413: each waiting sample costs
-the server about 2 KB). Bodies and answers are strict JSON: ``NaN``, ``Infinity`` and numbers
-past a float's range are refused (400), never echoed back to a trainer's parser that may
-refuse them in turn. Its samples are submitted to the one pool at once
-and shared with every other request's; each sample that hangs, crashes or raises gets the
-default score, and any still unanswered at ``request_timeout_s`` (the pool saturated by other
-requests' hangs) is cancelled and gets it too, with status ``overload``: the answer is a 200
-within the client's timeout, never a 5xx that the client would retry with the same samples.
+dropped, never held), and holds at most ``max_samples`` samples (413). Bodies and answers are
+strict JSON in UTF-8: bytes that are not UTF-8, a lone surrogate (``\ud800``), ``NaN``,
+``Infinity`` and numbers past a float's range are refused (400), never echoed back to a
+trainer's parser that may refuse them in turn. Its samples go to the one pool, shared with
+every other request's, through at most :data:`AT_ONCE` coroutines of the request's own (each
+takes the next sample when its last is scored: what a request holds and what its end cancels
+does not grow with its samples); each sample that hangs, crashes or raises gets the default
+score, and any still unanswered ``request_timeout_s`` after the request arrived (the pool
+saturated by other requests' hangs) is cancelled and gets it too, with status ``overload``:
+the answer is a 200 within the client's timeout, never a 5xx that the client would retry with
+the same samples.
 
 Each request is one JSON log line on stderr (path, status, samples, statuses, milliseconds),
 and each defaulted sample one more, with why.
@@ -26,6 +29,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 import reprlib
 import time
 from collections import Counter
@@ -46,6 +50,11 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 log = logging.getLogger("pytest_rewardhang.serve")
+
+#: How many of one request's samples wait for the pool at once (see the module's docstring).
+AT_ONCE = 1024
+#: The most of a defaulted sample's reason (the scorer's error) one log line holds.
+LOG_DETAIL = 500
 
 
 class Scoring(Protocol):
@@ -90,8 +99,8 @@ class Limits:
     request_timeout_s: float = 100.0
     read_timeout_s: float = 30.0
     max_body_bytes: int = 16 * 2**20
-    #: Above a trainer's batch (OpenRLHF's rollout batch times its samples per prompt); about
-    #: 130 MB of waiting samples at most, where a 16 MB body of minimal ones held 5.6 GB.
+    #: Above a trainer's batch (OpenRLHF's rollout batch times its samples per prompt), where a
+    #: 16 MB body holds 3 million minimal samples.
     max_samples: int = 65_536
 
     def __post_init__(self) -> None:
@@ -143,6 +152,7 @@ class RewardApp:
             return
         handler = self._routes.get(f"{method} {path}")
         self.metrics.in_flight += 1
+        scope["rewardhang.arrived"] = started  # the request timeout counts from here
         try:
             if handler is not None:
                 code, body = await _handled(handler, scope, receive)
@@ -203,15 +213,13 @@ class RewardApp:
         except BadRequest as exc:
             log.info(json.dumps({"event": "bad_request", "code": exc.status, "error": str(exc)}))
             return exc.status, {"error": str(exc)}
-        results = await self._score_all(calls)
+        deadline = scope.get("rewardhang.arrived", started) + self.limits.request_timeout_s
+        results = await self._score_all(calls, deadline)
         for result in results:
             self.metrics.sample(result.status)
             if not result.ok:
-                log.warning(
-                    json.dumps(
-                        {"event": "defaulted", "status": result.status, "why": result.detail}
-                    )
-                )
+                why = result.detail[:LOG_DETAIL]
+                log.warning(json.dumps({"event": "defaulted", "status": result.status, "why": why}))
         log.info(
             json.dumps(
                 {
@@ -225,27 +233,30 @@ class RewardApp:
         )
         return 200, self.contract.answer(body, results)
 
-    async def _score_all(self, calls: Sequence[tuple[Any, ...] | dict[str, Any]]) -> list[Scored]:
-        tasks = [asyncio.ensure_future(self.scoring.score(call)) for call in calls]
-        if not tasks:
-            return []
-        _, late = await asyncio.wait(tasks, timeout=self.limits.request_timeout_s)
-        for task in late:
-            task.cancel()
-        overload = Scored(
-            self.scoring.default, "overload", "still waiting at the request's deadline"
-        )
-        out = []
-        for task in tasks:
-            if task in late or task.cancelled():
-                out.append(overload)
-            elif task.exception() is not None:
-                exc = task.exception()
-                out.append(Scored(self.scoring.default, "error", f"{type(exc).__name__}: {exc}"))
-            else:
-                out.append(task.result())
-        await asyncio.gather(*late, return_exceptions=True)
-        return out
+    async def _score_all(
+        self, calls: Sequence[tuple[Any, ...] | dict[str, Any]], deadline: float
+    ) -> list[Scored]:
+        """Each call's score, through at most :data:`AT_ONCE` coroutines; what is unscored at
+        ``deadline`` (monotonic) is cancelled and gets the default, as ``overload``."""
+        results: list[Scored | None] = [None] * len(calls)
+        pending = iter(range(len(calls)))
+        default = self.scoring.default
+
+        async def consume() -> None:
+            for i in pending:
+                try:
+                    results[i] = await self.scoring.score(calls[i])
+                except Exception as exc:  # noqa: BLE001 - the backend's failure: this sample's
+                    results[i] = Scored(default, "error", f"{type(exc).__name__}: {exc}")
+
+        consumers = [asyncio.ensure_future(consume()) for _ in range(min(len(calls), AT_ONCE))]
+        if consumers:
+            _, late = await asyncio.wait(consumers, timeout=max(deadline - time.monotonic(), 0))
+            for consumer in late:
+                consumer.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        overload = Scored(default, "overload", "still waiting at the request's deadline")
+        return [overload if result is None else result for result in results]
 
     async def _body(self, scope: Scope, receive: Receive) -> Any:
         """The request's JSON body; one past the size limit is read to its end and dropped
@@ -277,11 +288,38 @@ class RewardApp:
             said = f"the body is {declared} bytes" if declared else "the body is"
             raise BadRequest(f"{said} over the {limit} bytes limit", 413)
         try:
-            return json.loads(b"".join(chunks), parse_constant=_not_json, parse_float=_finite)
+            # Decoded strictly: json.loads lets surrogates encoded as UTF-8 through.
+            text = b"".join(chunks).decode("utf-8")
+            body = json.loads(text, parse_constant=_not_json, parse_float=_finite)
+            if _SURROGATE_ESCAPE.search(text):  # else there is none: a walk is not needed
+                _no_lone_surrogate(body)
         except (ValueError, RecursionError) as exc:
             # ValueError: not UTF-8, not JSON, or an integer of over 4,300 digits (Python's
             # bound on reading one); RecursionError: nested past the interpreter's depth.
             raise BadRequest(f"the body is not JSON this server reads: {exc}") from None
+        return body
+
+
+#: A surrogate's escape in JSON text (``\ud83d``), the only way one gets into strict UTF-8.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _no_lone_surrogate(body: Any) -> None:
+    """A ``ValueError`` if a string in ``body`` holds a lone surrogate (``"\ud800"`` in JSON):
+    not a character, so UTF-8 cannot hold it, and the gym style would echo it to a trainer."""
+    pending = [body]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending += value.keys()
+            pending += value.values()
+        elif isinstance(value, list):
+            pending += value
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("a string holds a lone surrogate (not a character)") from None
 
 
 def _not_json(constant: str) -> float:

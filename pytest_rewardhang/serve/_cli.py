@@ -84,12 +84,18 @@ def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     )
     limits = _limits(parser, args)
     terms = contract(args.style, args.label_field)
-    listener = socket.create_server((args.host, args.port), backlog=2048)
+    try:
+        listener = socket.create_server((args.host, args.port), backlog=2048)
+    except OSError as exc:  # the port taken, the address not this machine's
+        parser.error(f"cannot listen on {args.host}:{args.port}: {exc}")
     try:
         pool = Pool(args.spec, workers=args.workers, budget=args.budget, memory_mb=args.memory_mb)
     except (SpecError, PoolError, ValueError) as exc:  # each says why in one line
         listener.close()
         parser.error(str(exc))
+    except OSError as exc:  # out of descriptors or processes for that many workers
+        listener.close()
+        parser.error(f"cannot start the pool: {exc}")
     try:
         app = RewardApp(terms, GuardedScoring(pool, args.default), limits)
         config = uvicorn.Config(
@@ -138,6 +144,10 @@ def _limits(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Limits
             checked(option, value, kind)
     except ValueError as exc:
         parser.error(str(exc))
+    if not 2**-20 <= args.max_body_mb <= 2**30:  # a byte to a PiB
+        parser.error(f"--max-body-mb must be from 2**-20 (a byte) to 2**30, not {args.max_body_mb}")
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be from 0 to 65535, not {args.port}")
     return Limits(
         args.request_timeout, args.read_timeout, int(args.max_body_mb * 2**20), args.max_samples
     )

@@ -11,6 +11,7 @@ import asyncio
 import fnmatch
 import json
 import sys
+import time
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 
 from pytest_rewardhang.guard import Outcome, Status
 from pytest_rewardhang.serve import STYLES, BadRequest, Limits, RewardApp, Scored, contract
-from pytest_rewardhang.serve._app import scored
+from pytest_rewardhang.serve._app import AT_ONCE, scored
 from pytest_rewardhang.serve._contracts import Contract
 
 
@@ -96,6 +97,35 @@ def test_samples_unanswered_at_the_request_deadline_get_the_default_as_overload(
     assert app.metrics.samples == {"overload": 1, "ok": 1}
 
 
+def test_a_large_request_holds_a_bounded_number_of_samples_in_flight_and_keeps_its_deadline() -> (
+    None
+):
+    # Its samples each had a task of their own, all made, cancelled and gathered on the event
+    # loop: 65,536 samples answered 3 s past a 5 s deadline, eight such requests at once 50 s
+    # past 20 s, /health stalled meanwhile.
+    app, fake = app_for("json", request_timeout_s=0.5)
+    count = 3 * AT_ONCE
+    body = json.dumps({"samples": [["slow", "x"]] * count}).encode()
+    started = time.monotonic()
+    code, answer = call(app, "POST", "/score", body)
+    assert code == 200
+    assert answer["statuses"] == ["overload"] * count
+    assert len(fake.calls) == AT_ONCE  # the rest never waited for the pool
+    assert time.monotonic() - started < 10  # a correctness bound: the deadline is 0.5 s
+
+
+def test_a_defaulted_samples_log_line_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
+    class Loud(Fake):
+        async def score(self, call: tuple[Any, ...] | dict[str, Any]) -> Scored:
+            raise RuntimeError("x" * 100_000)  # a scorer's error, quoting its input
+
+    app = RewardApp(contract("json"), Loud())
+    with caplog.at_level("WARNING", logger="pytest_rewardhang.serve"):
+        assert call(app, "POST", "/score", b'{"samples": [["a", "b"]]}')[0] == 200
+    (line,) = [r.getMessage() for r in caplog.records if '"defaulted"' in r.getMessage()]
+    assert len(line) < 1000, len(line)
+
+
 @pytest.mark.parametrize(
     ("style", "body", "message"),
     [
@@ -148,6 +178,15 @@ def test_bad_bodies_get_one_sentence(style: str, body: Any, message: str) -> Non
         ),
         ("json", b'{"samples": [[-Infinity, "1"]]}', "*-Infinity is not JSON*"),
         ("json", b'{"samples": [[1e999, "1"]]}', "*1e999 is past a float's range*"),
+        # Not characters: json.loads read the first from bytes, the second from its escape,
+        # and the gym style echoed them to the trainer.
+        ("json", b'{"samples": [["\xed\xa0\x80", "1"]]}', "*'utf-8' codec can't decode*"),
+        (
+            "gym",
+            b'{"responses_create_params": {}, "response": {"output": []}, '
+            b'"expected_answer": "1", "note": "\\ud800"}',
+            "*a string holds a lone surrogate*",
+        ),
     ],
 )
 def test_hostile_bodies_get_a_400_that_says_why(style: str, body: bytes, message: str) -> None:

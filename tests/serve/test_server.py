@@ -465,6 +465,9 @@ def test_health_ready_and_a_graceful_shutdown_that_answers_the_request_in_flight
         ("--read-timeout", "inf", "--read-timeout must be a positive number of seconds, not inf"),
         ("--max-body-mb", "0", "--max-body-mb must be a positive number of MiB"),
         ("--max-samples", "0", "--max-samples must be a positive int, not 0"),
+        ("--max-body-mb", "0.0000001", "--max-body-mb must be from 2**-20 (a byte) to 2**30"),
+        ("--max-body-mb", "1.7e308", "--max-body-mb must be from 2**-20 (a byte) to 2**30"),
+        ("--port", "70000", "--port must be from 0 to 65535, not 70000"),
     ],
 )
 def test_a_nonsense_option_is_refused_at_start_naming_it(
