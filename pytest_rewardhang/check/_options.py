@@ -407,13 +407,17 @@ def _ci_settings(config: pytest.Config) -> dict[str, Any]:
     changed = config.getoption("--reward-hang-changed")
     if changed is not None and not changed.strip():
         raise pytest.UsageError("--reward-hang-changed: expected a git ref, got ''")
+    known = tuple(config.getini("reward_hang_known"))
+    for entry in known:  # a TOML array may hold anything
+        if not isinstance(entry, str):
+            raise pytest.UsageError(f"reward_hang_known (ini): expected lines, got {entry!r}")
     return {
         "save_baseline": baseline_path("--reward-hang-save-baseline"),
         "compare_baseline": compare,
         "compare_fail": tuple(limits),
         "calibration": calibration,
         "changed_ref": changed,
-        "known": tuple(config.getini("reward_hang_known")),
+        "known": known,
     }
 
 

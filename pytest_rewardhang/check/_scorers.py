@@ -124,7 +124,8 @@ def build(spec: str, keys: dict[str, Any], declared_in: str, rootdir: Path) -> S
     scorer_id = str(keys.get("id") or f"{default_id}.{attr}")
     return ScorerSpec(
         spec=spec,
-        id=_ID_UNSAFE.sub("_", scorer_id),
+        # Names a folder of saved cases: "." and ".." would be the folder above it.
+        id=_ID_UNSAFE.sub("_", scorer_id).lstrip(".") or "_",
         kind=kind,
         deadline=deadline,
         example=example,

@@ -42,7 +42,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from pytest_rewardhang.corpus import _harvest
+from pytest_rewardhang.corpus import _format, _harvest
 from pytest_rewardhang.corpus._cases import Case
 from pytest_rewardhang.corpus._format import Formula
 from pytest_rewardhang.corpus._strategies import bundled_payloads, formulas
@@ -54,6 +54,8 @@ MIN_SIZE = 64
 #: resumes from its best finds (Hypothesis's own database keeps only failing examples).
 BEST_FILE = "best.json"
 KEEP_BEST = 8
+#: The most of a best file read: eight formulas (each unit and affix a few kB at most).
+_BEST_BYTES = 1 << 20
 #: The score a confirmed hang is kept with: above any finished call's.
 HUNG_SCORE = 1e12
 #: Ends a pumped run so a match has to fail after the engine tried every split.
@@ -116,10 +118,11 @@ def search(
     ``max_chars``: the largest growth may reach (default ``max_size``). Returns every text
     probed, with its (confirmed) outcome.
     """
-    run = _Run(probe, examples, max_size, max(max_chars or max_size, max_size))
+    limit = max(max_chars or max_size, max_size)
+    run = _Run(probe, examples, max_size, limit)
     markers = [s for s in literals if s.strip() and not s.isidentifier()]
     pool = list(dict.fromkeys(u for u in [*markers[:MAX_MARKERS], *units] if u)) or ["a"]
-    best = _load_best(database)
+    best = _load_best(database, limit)
     database.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(_Hang, _Spent):
         for formula, size, _ in best:
@@ -416,19 +419,29 @@ def _spent(outcome: Outcome) -> float:
     return outcome.cpu_s if math.isfinite(outcome.cpu_s) else outcome.wall_s
 
 
-def _load_best(database: Path) -> list[tuple[Formula, int, float]]:
+def _load_best(database: Path, limit: int) -> list[tuple[Formula, int, float]]:
+    """The earlier runs' slowest finds, those that are what ``_save_best`` writes and at most
+    ``limit`` characters; the file is restored from a CI cache, which anyone may have written
+    (a size of 3e9 built a 3 GB text in the pytest process, ``units: []`` divided by zero)."""
     try:
-        entries = json.loads((database / BEST_FILE).read_text(encoding="utf-8"))
-        return [
-            (
-                Formula(e["prefix"], tuple(e["units"]), e["suffix"]),
-                int(e["size"]),
-                float(e["score"]),
-            )
-            for e in entries
-        ]
-    except (OSError, ValueError, TypeError, KeyError):  # none yet, or not ours: start afresh
+        entries = json.loads(_format.read_regular(database / BEST_FILE, _BEST_BYTES))
+    except (OSError, ValueError, RecursionError):  # none yet, or not ours: start afresh
         return []
+    best = []
+    for e in entries if isinstance(entries, list) else []:
+        try:
+            prefix, units, suffix, size, score = (
+                e[key] for key in ("prefix", "units", "suffix", "size", "score")
+            )
+        except (TypeError, KeyError):
+            continue
+        texts = isinstance(prefix, str) and isinstance(suffix, str) and isinstance(units, list)
+        if not (texts and units and all(isinstance(u, str) and u for u in units)):
+            continue
+        if type(size) is not int or not 1 <= size <= limit or type(score) not in (int, float):
+            continue
+        best.append((Formula(prefix, tuple(units), suffix), size, float(score)))
+    return best
 
 
 def _save_best(database: Path, best: Iterable[tuple[Formula, int, float]], run: _Run) -> None:

@@ -84,6 +84,22 @@ def test_known_entries_naming_nothing_are_refused(
     result.stderr.fnmatch_lines([message])
 
 
+def test_known_entries_that_are_not_lines_are_refused(project: pytest.Pytester) -> None:
+    # A TOML array of anything: an INTERNALERROR ("'int' object has no attribute 'strip'").
+    (project.path / "tox.ini").unlink()
+    project.makepyprojecttoml("[tool.pytest.ini_options]\nreward_hang_known = [1]\n")
+    result = usage(project, *FAST, *SCORER_ARGS, "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: reward_hang_known (ini): expected lines, got 1"])
+
+
+def test_a_scorer_id_names_no_folder_above_its_own(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess(
+        *FAST, "--reward-hang-scorer=scorers.py:spin id=..", "--collect-only", "-q"
+    )
+    assert any(line.startswith("_::") for line in result.stdout.lines), result.stdout.str()
+
+
 # --- --reward-hang-changed ---------------------------------------------------------------------
 
 GIT_ENV = {

@@ -211,3 +211,30 @@ def test_the_check_finds_a_planted_cubic_regex_on_every_seed(
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*HANG case search-*<plan>*probe *s into the search*"])
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        # Each reached the search from a best file restored from a CI cache: an OverflowError,
+        # a ZeroDivisionError, a 3 GB text built in the pytest process.
+        {"prefix": "", "units": ["a"], "suffix": "", "size": 1e400, "score": 1.0},
+        {"prefix": "", "units": [], "suffix": "", "size": 100, "score": 1.0},
+        {"prefix": "", "units": ["a"], "suffix": "", "size": 3_000_000_000, "score": 1.0},
+        {"prefix": "", "units": [""], "suffix": "", "size": 100, "score": 1.0},
+        {"prefix": 3, "units": ["a"], "suffix": "", "size": 100, "score": 1.0},
+        "not an entry",
+    ],
+)
+def test_a_best_file_entry_that_is_not_one_is_passed_over(tmp_path: Path, entry: object) -> None:
+    good = {"prefix": "x", "units": ["ab"], "suffix": "!", "size": 200, "score": 5.0}
+    (tmp_path / _search.BEST_FILE).write_text(json.dumps([entry, good]))
+    probed: list[str] = []
+
+    def probe(text: str) -> Outcome:
+        probed.append(text)
+        return Outcome(Status.OK, wall_s=1e-3, cpu_s=1e-3, budget=2.0)
+
+    _search.search(probe, ["ab"], 3, 7, tmp_path, 1024)
+    assert probed[0] == "x" + "ab" * 99 + "!"  # the good entry, replayed first
+    assert max(map(len, probed)) <= 1024
