@@ -369,9 +369,9 @@ _STRAY_LOOKS = 64
 
 
 def kill_strays() -> tuple[int, bool]:
-    """In a guarded process (a pool worker) between items: SIGKILL every other living process
-    of its group, which its item left outside its subtree (the ``prctl`` escape); how many,
-    and whether a look then found nobody alive.
+    """In a guarded process (a pool worker) between items: SIGKILL every other process of its
+    group, which its item left outside its subtree (the ``prctl`` escape); how many, and
+    whether a look then listed nobody but those.
 
     It looks again until a look lists nobody but the processes it has killed (which can start
     no other: a fork fails with SIGKILL pending), at most :data:`_STRAY_LOOKS` times: a chain
@@ -527,10 +527,12 @@ class Group:
         """SIGKILL everything in the group at once. Nothing can join it after that: a process
         with SIGKILL pending forks nothing. ``cgroup.kill`` passes over a process whose main
         thread has exited while its other threads run on (it signals the exited one, and none
-        of the others acts on it): each member is sent SIGKILL as well, which reaches them."""
+        of the others acts on it): such a member, the only kind listed whose state reads as a
+        zombie, is sent SIGKILL by its pid as well, which reaches all its threads."""
         self._write("cgroup.kill", b"1")
         for pid in self.members():
-            self.kill_member(pid)
+            if (_procfs.stat_fields(pid) or [b""])[0] == b"Z":
+                self.kill_member(pid)
         self.killed = True
 
     def kill_member(self, pid: int) -> bool:
