@@ -57,13 +57,13 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"unknown context {context!r}")
         seconds("deadline", deadline)
         memory_mb = mebibytes("memory_mb", record.get("memory_mb"))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
         parser.error(shown(f"{args.file}: not a saved case: {type(exc).__name__}: {exc}"))
     call = ScorerCall(spec, str(Path.cwd()), context, materialize, keep_value=True)
     try:
         call.load()
     except SpecError as exc:
-        parser.error(str(exc))
+        parser.error(shown(str(exc)))  # the spec is the case file's
     chars = record.get("chars")
     if not isinstance(chars, int):
         arg = record.get("response_arg")

@@ -17,8 +17,9 @@ import re
 
 #: C0 controls but tab and newline, DEL, C1 controls, lone surrogates.
 _UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-#: A workflow command: ``::`` starting a line (after its indentation), or ``##[`` anywhere.
-_COMMAND = re.compile(r"^([ \t]*)::|##\[", re.MULTILINE)
+#: A workflow command: ``::`` starting a line after any whitespace (the runner trims Unicode's
+#: too: a no-break space, U+2028), or ``##[`` anywhere.
+_COMMAND = re.compile(r"^([^\S\n]*)::|##\[", re.MULTILINE)
 #: The most of a scorer's one-line message a report repeats per case.
 LINE_LIMIT = 300
 
@@ -33,10 +34,10 @@ def shown(text: str) -> str:
 def first_line(text: str) -> str:
     """The first line of ``text`` (a scorer's error), :func:`shown`, at most about
     :data:`LINE_LIMIT` characters."""
-    line = text.split("\n", 1)[0]
+    line = shown(text.split("\n", 1)[0])  # then cut: an escape is longer than what it shows
     if len(line) > LINE_LIMIT:
         line = f"{line[:LINE_LIMIT]}... ({len(line) - LINE_LIMIT} more characters)"
-    return shown(line)
+    return line
 
 
 def strict(text: str) -> str:

@@ -26,7 +26,7 @@ FORMAT_VERSION = 1
 #: A doubling ladder, so growth fits see every factor of two a policy's response may grow by.
 DEFAULT_SIZES: tuple[int | str, ...] = (1024, 2048, 4096, 8192, 16384, 32768, 65536, "max")
 RESPONSE_KINDS = ("math", "text")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*\Z")  # \Z: "$" lets a final newline through
 _CODEPOINT = re.compile(r"<U\+([0-9A-Fa-f]{1,6})>")
 _TOP_KEYS = {"corpus_version", "family", "description", "kinds", "case"}
 _CASE_KEYS = {

@@ -440,7 +440,12 @@ def _load_best(database: Path, limit: int) -> list[tuple[Formula, int, float]]:
             continue
         if type(size) is not int or not 1 <= size <= limit or type(score) not in (int, float):
             continue
-        best.append((Formula(prefix, tuple(units), suffix), size, float(score)))
+        try:
+            score = float(score)
+        except OverflowError:
+            continue
+        if math.isfinite(score):  # an infinite score would never leave the file
+            best.append((Formula(prefix, tuple(units), suffix), size, score))
     return best
 
 

@@ -82,21 +82,27 @@ try:
         f.write("1")
 except OSError:
     pass
-# cgroup.kill passes over a process whose main thread has exited while others run: each is
-# sent SIGKILL as well, through a pidfd (it reaches all its threads).
-for _, _, _, fd in os.fwalk(home):
+# cgroup.kill passes over a process whose main thread has exited while others run (its state
+# reads as a zombie): such a member is sent SIGKILL by its pidfd, which reaches all its
+# threads, once the pidfd is taken and the pid is still listed (not reused elsewhere).
+def members(fd):
     try:
         with open("cgroup.procs", opener=lambda name, flags: os.open(name, flags, dir_fd=fd)) as f:
-            pids = f.read().split()
+            return f.read().split()
     except OSError:
-        continue
-    for pid in pids:
+        return []
+for _, _, _, fd in os.fwalk(home):
+    for pid in members(fd):
         try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rpartition(b")")[2].split()[:1] != [b"Z"]:
+                    continue
             pidfd = os.pidfd_open(int(pid))
         except OSError:
             continue
         try:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            if pid in members(fd):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except OSError:
             pass
         os.close(pidfd)
@@ -311,6 +317,13 @@ def _started(pid: int) -> bytes | None:
     return fields[19]
 
 
+def _start_time(pid: int) -> bytes | None:
+    """When ``pid`` started, whatever its state (one whose main thread has exited reads as a
+    zombie, and another such at its pid later must not pass for it); None once it is gone."""
+    fields = _procfs.stat_fields(pid)
+    return fields[19] if fields is not None else None
+
+
 def _check_keeper() -> None:
     """Start the keeper again if a call killed it; continue it if a call stopped it."""
     if not _keeper:
@@ -392,7 +405,7 @@ def kill_strays() -> tuple[int, bool]:
         found = [
             (pid, started)
             for pid in group.members()
-            if pid != me and killed.get(pid, b"") != (started := _started(pid))
+            if pid != me and killed.get(pid, b"") != (started := _start_time(pid))
         ]
         if not found:
             return len(killed), True

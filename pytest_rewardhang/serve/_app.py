@@ -108,6 +108,8 @@ class Limits:
         checked("read_timeout_s", self.read_timeout_s, "a positive number of seconds")
         checked("max_body_bytes", self.max_body_bytes, "a positive int")
         checked("max_samples", self.max_samples, "a positive int")
+        if self.read_timeout_s >= self.request_timeout_s:  # it counts from the arrival too
+            raise ValueError("read_timeout_s must be below request_timeout_s")
 
 
 def checked(name: str, value: object, kind: str) -> None:
@@ -115,7 +117,10 @@ def checked(name: str, value: object, kind: str) -> None:
     positive int", or "a positive number of" some unit. Never NaN, an infinity or a bool: NaN
     went out as every hang's score, a read timeout of -1 answered every request 408."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        finite = isinstance(value, int) or math.isfinite(value)
+        try:  # an int past a float's range is no score (its text has no end a trainer reads)
+            finite = math.isfinite(float(value))
+        except OverflowError:
+            finite = False
         positive = value > 0 and (kind != "a positive int" or isinstance(value, int))
         if finite and (kind == "a finite number" or positive):
             return

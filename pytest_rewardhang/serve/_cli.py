@@ -146,6 +146,8 @@ def _limits(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Limits
         parser.error(str(exc))
     if not 2**-20 <= args.max_body_mb <= 2**30:  # a byte to a PiB
         parser.error(f"--max-body-mb must be from 2**-20 (a byte) to 2**30, not {args.max_body_mb}")
+    if args.read_timeout >= args.request_timeout:  # a slow body would leave no time to score
+        parser.error("--read-timeout must be below --request-timeout (both count from arrival)")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be from 0 to 65535, not {args.port}")
     return Limits(

@@ -218,14 +218,16 @@ def test_a_changed_scorer_whose_path_git_quotes_is_selected(repo: pytest.Pyteste
     # git quotes and escapes a name that is not plain ASCII ("rewards/gr\303\266..."): read as
     # a path, it matched no scorer's file, and the changed scorer was deselected, its hang
     # unchecked, the run green.
-    for name in ("größe.py", "tab\tname.py"):
+    names = ("größe.py", "tab\tname.py", 'quote"name.py')
+    for name in names:
         write(repo.path / "rewards" / name, "def compute_score(s, g):\n    return 0.0\n")
     git(repo.path, "add", "-A")
     git(repo.path, "commit", "-q", "-m", "odd names")
-    for name in ("größe.py", "tab\tname.py"):
+    for name in names:
         write(repo.path / "rewards" / name, "def compute_score(s, g):\n    return 1.0\n")
-    scorers = [f"--reward-hang-scorer=rewards/{name}:compute_score" for name in ("größe.py",)]
-    assert selected(repo, *scorers, "--reward-hang-changed") == {"gr_e.compute_score"}
+    # A spec line holds no whitespace or quote: those two change beside the scorer's file.
+    scorer = "--reward-hang-scorer=rewards/größe.py:compute_score"
+    assert selected(repo, scorer, "--reward-hang-changed") == {"gr_e.compute_score"}
 
 
 def test_a_ref_that_would_be_a_git_option_is_refused(repo: pytest.Pytester) -> None:

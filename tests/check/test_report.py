@@ -361,8 +361,25 @@ def test_repro_says_what_it_runs_and_refuses_a_file_it_cannot_read(tmp_path: Pat
     done = repro({**case, "case": "x\n::error::forged"})
     assert done.stdout.startswith("os:getcwd (scorer.compute_score) case x\n\\::error"), done
     # Each was a traceback: one line naming the file, exit 2.
-    for bad in ({"kwargs": [1]}, {"deadline": float("nan")}, {"memory_mb": "lots"}):
+    bad_cases: list[dict[str, Any]] = [
+        {"kwargs": [1]},
+        {"deadline": float("nan")},
+        {"deadline": 10**400},
+        {"memory_mb": "lots"},
+    ]
+    for bad in bad_cases:
         done = repro({**case, **bad})
         assert done.returncode == 2, done
         assert "not a saved case" in done.stderr, done
         assert "Traceback" not in done.stderr, done
+
+
+def test_shown_breaks_a_command_behind_any_whitespace_the_runner_trims() -> None:
+    from pytest_rewardhang.check._shown import LINE_LIMIT, first_line, shown
+
+    for space in (" ", "\t", "\xa0", "\u2003", "\u2028", "\u3000"):
+        text = shown(f"x\n{space}::add-mask::secret\n##[error]y")
+        assert not [line for line in text.split("\n") if line.strip().startswith("::")], text
+        assert "##[" not in text
+    # Cut after escaping: 300 lone surrogates are 1,800 characters once shown.
+    assert len(first_line("\ud800" * 1000)) < LINE_LIMIT + 40

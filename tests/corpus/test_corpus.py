@@ -127,11 +127,12 @@ def test_a_program_whose_file_name_is_no_case_id_is_refused(tmp_path: Path) -> N
     # The name is the case's id: printed in failures and annotations, and the name of its
     # saved file. A newline and "::error" in it started a workflow command line in CI.
     header = "# family: x\n# attacks: a\n# expected: e\n"
-    path = write(tmp_path, header, "x\x1b[2J\n::error title=forged::y.py")
-    with pytest.raises(CorpusError) as caught:
-        _corpus.load_program_file(path)
-    assert str(caught.value).startswith(f"{path}:1: file name "), caught.value
-    assert "use lowercase letters, digits" in str(caught.value)
+    for name in ("x\x1b[2J\n::error title=forged::y.py", "abc\n.py"):  # "$" let "abc\n" by
+        path = write(tmp_path, header, name)
+        with pytest.raises(CorpusError) as caught:
+            _corpus.load_program_file(path)
+        assert str(caught.value).startswith(f"{path}:1: file name "), caught.value
+        assert "use lowercase letters, digits" in str(caught.value)
 
 
 def test_user_directories_shadow_families_and_duplicates_are_refused(tmp_path: Path) -> None:

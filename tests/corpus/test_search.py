@@ -223,6 +223,8 @@ def test_the_check_finds_a_planted_cubic_regex_on_every_seed(
         {"prefix": "", "units": ["a"], "suffix": "", "size": 3_000_000_000, "score": 1.0},
         {"prefix": "", "units": [""], "suffix": "", "size": 100, "score": 1.0},
         {"prefix": 3, "units": ["a"], "suffix": "", "size": 100, "score": 1.0},
+        {"prefix": "", "units": ["a"], "suffix": "", "size": 100, "score": float("inf")},
+        {"prefix": "", "units": ["a"], "suffix": "", "size": 100, "score": 10**400},
         "not an entry",
     ],
 )

@@ -195,18 +195,27 @@ def test_the_prctl_escape_and_a_double_fork_are_killed_and_counted(tmp_path: Pat
 
 
 def _escape_leaving_a_zombie_leader(path: str) -> str:
-    """The prctl escape, leaving a process whose main thread exits while another runs on."""
+    """The prctl escape, leaving a process whose main thread has exited while another runs on;
+    it returns once that process has said who it is, its main thread a zombie."""
     _no_subreaper_no_death_signal()
     recorded, said = os.pipe()
     middle = os.fork()
     if middle == 0:  # pragma: no cover - the middle process, then the escapee
         try:
             if os.fork() == 0:
-                threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
-                _record(path, int(os.readlink("/proc/self")))
-                os.write(said, b"x")
+
+                def after() -> None:
+                    for _ in range(2000):
+                        if (state(int(os.readlink("/proc/self"))) or "Z") == "Z":
+                            break
+                        time.sleep(0.005)
+                    _record(path, int(os.readlink("/proc/self")))
+                    os.write(said, b"x")
+                    time.sleep(60)
+
+                threading.Thread(target=after, daemon=True).start()
                 ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: this thread only
-            os.read(recorded, 1)  # the call returns once its escapee has said who it is
+            os.read(recorded, 1)
         finally:
             os._exit(0)
     os.close(said)
@@ -343,7 +352,7 @@ def escape_and_hang(path):
     escape(path)
     time.sleep(60)
 
-def escape_a_relay(path, delta):
+def escape_a_relay(path, delta, chains=16):
     # prctl called through a pointer made from an address (libc's memmove's, which ctypes
     # holds, plus the distance to prctl the test measured): no audited event, so the worker
     # does not retire for it. Out of the worker's subtree then, sixteen chains whose every
@@ -355,7 +364,7 @@ def escape_a_relay(path, delta):
     _record(path, _me())
     with open(path + ".group", "w") as f:
         f.write(open("/proc/self/cgroup").read())
-    for _ in range(16):
+    for _ in range(chains):
         if os.fork() == 0:
             try:
                 if os.fork() == 0:
@@ -370,26 +379,45 @@ def escape_a_relay(path, delta):
                 os._exit(0)
     time.sleep(0.2)
 
+def _zombie_leader(path, said=None):
+    # The main thread exits (SYS_exit: this thread only); the other says who the process is
+    # once its main thread reads as a zombie, so the kill that follows meets it as one.
+    import threading
+
+    def after():
+        for _ in range(2000):
+            if open("/proc/self/stat").read().rpartition(")")[2].split()[0] == "Z":
+                break
+            time.sleep(0.005)
+        _record(path, _me())
+        if said is not None:
+            os.write(said, b"x")
+        time.sleep(60)
+
+    threading.Thread(target=after, daemon=True).start()
+    ctypes.CDLL(None).syscall(60, 0)
+
+def _awaited(path):
+    for _ in range(2000):  # the item returns once its escapee has said who it is
+        if os.path.exists(path) and open(path).read().strip():
+            return
+        time.sleep(0.005)
+
 def escape_a_zombie_leader(path, delta):
-    # Out of the worker's subtree (as escape_a_relay), a process whose main thread exits while
-    # another runs on: its pid reads as a zombie, and cgroup.kill passes over it.
+    # Out of the worker's subtree (as escape_a_relay), a process whose main thread has exited
+    # while another runs on: its pid reads as a zombie, and cgroup.kill passes over it.
     prctl = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_ulong] * 5)(ctypes._memmove_addr + delta)
     prctl(36, 0, 0, 0, 0)
     prctl(1, 0, 0, 0, 0)
-    with open(path + ".group", "w") as f:
-        f.write(open("/proc/self/cgroup").read())
     middle = os.fork()
     if middle == 0:
         try:
             if os.fork() == 0:
-                import threading
-                threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
-                _record(path, _me())
-                ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: this thread only
+                _zombie_leader(path)
         finally:
             os._exit(0)
     os.waitpid(middle, 0)
-    time.sleep(0.2)
+    _awaited(path)
 
 def zombie_leader_and_hang(path):
     libc = ctypes.CDLL(None)
@@ -398,10 +426,7 @@ def zombie_leader_and_hang(path):
     if os.fork() == 0:
         try:
             if os.fork() == 0:
-                import threading
-                threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
-                _record(path, _me())
-                libc.syscall(60, 0)
+                _zombie_leader(path)
         finally:
             os._exit(0)
     time.sleep(60)
@@ -593,7 +618,7 @@ def test_a_relay_that_escaped_its_worker_is_killed(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert not _living(procs, worker), out.describe()
         assert out.leaked >= 1, out.describe()
-        (after,) = pool.map([(str(tmp_path / "more"), delta)])
+        (after,) = pool.map([(str(tmp_path / "more"), delta, 0)])
         assert after.ok, after.describe()  # the pool goes on
 
 

@@ -90,7 +90,7 @@ def test_json_style_takes_positional_and_keyword_samples() -> None:
 
 
 def test_samples_unanswered_at_the_request_deadline_get_the_default_as_overload() -> None:
-    app, _ = app_for("json", request_timeout_s=0.2)
+    app, _ = app_for("json", request_timeout_s=0.2, read_timeout_s=0.1)
     body = {"samples": [["slow", "x"], ["y", "y"]]}
     code, answer = call(app, "POST", "/score", json.dumps(body).encode())
     assert (code, answer) == (200, {"scores": [-1.0, 1.0], "statuses": ["overload", "ok"]})
@@ -103,7 +103,7 @@ def test_a_large_request_holds_a_bounded_number_of_samples_in_flight_and_keeps_i
     # Its samples each had a task of their own, all made, cancelled and gathered on the event
     # loop: 65,536 samples answered 3 s past a 5 s deadline, eight such requests at once 50 s
     # past 20 s, /health stalled meanwhile.
-    app, fake = app_for("json", request_timeout_s=0.5)
+    app, fake = app_for("json", request_timeout_s=0.5, read_timeout_s=0.25)
     count = 3 * AT_ONCE
     body = json.dumps({"samples": [["slow", "x"]] * count}).encode()
     started = time.monotonic()
@@ -229,10 +229,13 @@ def test_a_score_that_is_not_finite_is_a_500_never_nan_in_an_answer() -> None:
         ({"max_body_bytes": 1.5}, "max_body_bytes must be a positive int, not 1.5"),
         ({"max_samples": 0}, "max_samples must be a positive int, not 0"),
         ({"max_samples": -(10**5000)}, "max_samples must be a positive int, not a huge int"),
+        # Both count from the request's arrival: a body that took its whole read timeout
+        # would have had every sample defaulted at once.
+        ({"read_timeout_s": 100}, "read_timeout_s must be below request_timeout_s"),
     ],
 )
 def test_nonsense_limits_fail_when_made(limits: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match="must be a positive") as raised:
+    with pytest.raises(ValueError, match="must be") as raised:
         Limits(**limits)
     assert fnmatch.fnmatchcase(str(raised.value), message), raised.value
 
@@ -240,7 +243,7 @@ def test_nonsense_limits_fail_when_made(limits: dict[str, Any], message: str) ->
 def test_a_default_score_that_is_not_a_finite_number_fails_when_made() -> None:
     from pytest_rewardhang.serve import GuardedScoring
 
-    for default in (float("nan"), float("inf"), True, "0"):
+    for default in (float("nan"), float("inf"), True, "0", 10**5000):
         with pytest.raises(ValueError, match="default must be a finite number, not"):
             GuardedScoring(None, default)  # type: ignore[arg-type]
 
