@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 #: C0 controls but tab and newline, DEL, C1 controls, lone surrogates.
-_UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNSHOWN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 #: A workflow command: ``::`` starting a line after any whitespace (the runner trims Unicode's
 #: too: a no-break space, U+2028), or ``##[`` anywhere.
 _COMMAND = re.compile(r"^([^\S\n]*)::|##\[", re.MULTILINE)

@@ -8,7 +8,7 @@ or 405 for a known path with the wrong method.
 A request is read whole before anything is scored, within ``read_timeout_s`` (a client that
 sends its body slowly gets 408) and ``max_body_bytes`` (413: what is past the limit is read and
 dropped, never held), and holds at most ``max_samples`` samples (413). Bodies and answers are
-strict JSON in UTF-8: bytes that are not UTF-8, a lone surrogate (``\ud800``), ``NaN``,
+strict JSON in UTF-8: bytes that are not UTF-8, a lone surrogate (``\\ud800``), ``NaN``,
 ``Infinity`` and numbers past a float's range are refused (400), never echoed back to a
 trainer's parser that may refuse them in turn. Its samples go to the one pool, shared with
 every other request's, through at most :data:`AT_ONCE` coroutines of the request's own (each
@@ -310,7 +310,7 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _no_lone_surrogate(body: Any) -> None:
-    """A ``ValueError`` if a string in ``body`` holds a lone surrogate (``"\ud800"`` in JSON):
+    """A ``ValueError`` if a string in ``body`` holds a lone surrogate (``"\\ud800"`` in JSON):
     not a character, so UTF-8 cannot hold it, and the gym style would echo it to a trainer."""
     pending = [body]
     while pending:
