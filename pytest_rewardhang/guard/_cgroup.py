@@ -31,6 +31,7 @@ own call (or its pool) ends, and by that guard's keeper.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import signal
@@ -548,6 +549,12 @@ class Group:
                 self.kill_member(pid)
         self.killed = True
 
+    @functools.cached_property
+    def where(self) -> str:
+        """The group as ``/proc/PID/cgroup`` names it: read once, when a kill first needs it
+        (a look may check a thousand members; most groups are never killed)."""
+        return "0::/" + os.path.relpath(self.path, _mount() or "/")
+
     def kill_member(self, pid: int) -> bool:
         """SIGKILL ``pid`` (all its threads) if it is still in the group (or one below it);
         whether it was."""
@@ -556,8 +563,7 @@ class Group:
         except OSError:
             return False
         try:
-            where = "0::/" + os.path.relpath(self.path, _mount() or "/")
-            if not any(_below(line, where) for line in lines(f"/proc/{pid}/cgroup")):
+            if not any(_below(line, self.where) for line in lines(f"/proc/{pid}/cgroup")):
                 return False
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             return True

@@ -7,6 +7,7 @@ no latency is claimed).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -597,17 +598,24 @@ def _prctl_delta() -> int:
     return prctl - ctypes._memmove_addr  # type: ignore[attr-defined,no-any-return]
 
 
+@contextlib.contextmanager
+def _escaping(tmp_path: Path, attack: str) -> Iterator[tuple[Pool, Path, int]]:
+    """A one-worker pool of ``attack`` (of ``_ATTACKS``), whose items escape their worker
+    through prctl called by pointer; the file its items record pids in; the pointer's
+    distance. Under cgroups only: elsewhere what escapes dies when the pool closes."""
+    if _contain.containment() is not Containment.CGROUP:
+        pytest.skip("cgroups only: elsewhere what escapes dies when the pool closes")
+    (tmp_path / "attacks.py").write_text(_ATTACKS)
+    with Pool(f"{tmp_path / 'attacks.py'}:{attack}", budget=10, workers=1) as pool:
+        yield pool, tmp_path / "pids", _prctl_delta()
+
+
 def test_a_relay_that_escaped_its_worker_is_killed(tmp_path: Path) -> None:
     # Each process of a chain lives as long as one fork, so one look through the worker's group
     # after the item found most chains' pids gone, and left them running beside the items
     # after. The worker looks until it finds nobody alive; a chain that outruns every look
     # retires it, and its group is killed whole.
-    if _contain.containment() is not Containment.CGROUP:
-        pytest.skip("cgroups only: elsewhere the relay dies when the pool closes")
-    (tmp_path / "attacks.py").write_text(_ATTACKS)
-    path = tmp_path / "pids"
-    delta = _prctl_delta()
-    with Pool(f"{tmp_path / 'attacks.py'}:escape_a_relay", budget=10, workers=1) as pool:
+    with _escaping(tmp_path, "escape_a_relay") as (pool, path, delta):
         (out,) = pool.map([(str(path), delta)])
         assert out.ok, out.describe()
         (worker,) = _await_pids(path, 1)
@@ -626,12 +634,7 @@ def test_an_escapee_whose_main_thread_exited_is_killed(tmp_path: Path) -> None:
     # Its main thread a zombie, its other thread running: the worker's look passed over it as
     # not alive, and the cgroup.kill of its group at the worker's end reached no thread of
     # it: it outlived the pool, and its group, for good.
-    if _contain.containment() is not Containment.CGROUP:
-        pytest.skip("cgroups only: elsewhere it dies when the pool closes")
-    (tmp_path / "attacks.py").write_text(_ATTACKS)
-    path = tmp_path / "pids"
-    delta = _prctl_delta()
-    with Pool(f"{tmp_path / 'attacks.py'}:escape_a_zombie_leader", budget=10, workers=1) as pool:
+    with _escaping(tmp_path, "escape_a_zombie_leader") as (pool, path, delta):
         (out,) = pool.map([(str(path), delta)])
         assert out.ok, out.describe()
         (escapee,) = _await_pids(path, 1)
