@@ -76,6 +76,13 @@ def trivial(x: int) -> int:
     return x + 1
 
 
+def guarded_call(i: int) -> object:
+    """``trivial`` under ``guard.run``, the value checked."""
+    out = run(trivial, (i,), budget=5.0)
+    assert out.ok, out.describe()
+    return out.value
+
+
 # --- the references ----------------------------------------------------------------------------
 
 
@@ -324,27 +331,22 @@ def run_section(rounds: int, quick: bool, steps: bool) -> float:
     def block(call: Callable[[int], object]) -> Callable[[], float]:
         return lambda: timed(lambda: [call(i) for i in range(calls)]) / calls
 
-    def guarded(i: int) -> object:
-        out = run(trivial, (i,), budget=5.0)
-        assert out.ok, out.describe()
-        return out.value
-
     def stepless(steps: Sequence[str]) -> Callable[[], float]:
         def measure() -> float:
             with without(steps):
-                return block(guarded)()
+                return block(guarded_call)()
 
         return measure
 
     peers: dict[str, Callable[[], float]] = {
         "bare fork + pipe + `waitpid` (reference)": block(lambda i: bare_fork(trivial, (i,))),
-        "`guard.run`, containment on": block(guarded),
+        "`guard.run`, containment on": block(guarded_call),
     }
     if steps:
         for step in STEPS:
             peers[f"`guard.run` without {step}"] = stepless([step])
         peers["`guard.run` without all five"] = stepless(STEPS)
-    guarded(0)  # the process's first call pays the probes once
+    guarded_call(0)  # the process's first call pays the probes once
     times = alternate(peers, rounds)
     bare = next(iter(peers))
     print("### `guard.run` vs a bare fork\n")
@@ -371,8 +373,8 @@ def run_section(rounds: int, quick: bool, steps: bool) -> float:
         print("| --- | ---: | ---: | ---: | ---: | ---: |")
         counted: list[tuple[str, Callable[[int], object], Sequence[str]]] = [
             (bare, lambda i: bare_fork(trivial, (i,)), ()),
-            ("`guard.run`, containment on", guarded, ()),
-            ("`guard.run` without all five", guarded, STEPS),
+            ("`guard.run`, containment on", guarded_call, ()),
+            ("`guard.run` without all five", guarded_call, STEPS),
         ]
         for peer, call, out in counted:
             with without(out):
@@ -586,11 +588,6 @@ def spaced_section(quick: bool) -> tuple[float, float]:
     with Pool(spec, workers=1, budget=5.0) as pool:
         assert pool.submit(0).result().ok
 
-        def guarded(i: int) -> object:
-            out = run(trivial, (i,), budget=5.0)
-            assert out.ok, out.describe()
-            return out.value
-
         def pooled(i: int) -> object:
             out = pool.submit(i).result()
             assert out.ok, out.describe()
@@ -599,7 +596,7 @@ def spaced_section(quick: bool) -> tuple[float, float]:
         first = run(trivial, (0,), budget=5.0)  # the process's first call pays the probes once
         peers: dict[str, Callable[[int], object]] = {
             "bare fork + pipe + `waitpid` (reference)": lambda i: bare_fork(trivial, (i,)),
-            f"`guard.run` (contained by its {first.containment})": guarded,
+            f"`guard.run` (contained by its {first.containment})": guarded_call,
             "`Pool(workers=1).submit(...).result()`, warm": pooled,
         }
         times: dict[str, list[float]] = {peer: [] for peer in peers}
