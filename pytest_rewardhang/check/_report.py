@@ -681,10 +681,10 @@ def _markdown_table(scorers: list[dict[str, Any]]) -> str:
 def as_json(value: Any, indent: int | None = None) -> str:
     """``value`` as strict JSON, NaN and infinities as null: the JSON report, and the JUnit
     properties (a killed call's CPU time, NaN, made them unreadable to a strict parser)."""
-    return json.dumps(_finite(value), indent=indent, sort_keys=True, allow_nan=False)
+    return json.dumps(_jsonable(value), indent=indent, sort_keys=True, allow_nan=False)
 
 
-def _finite(value: Any) -> Any:
+def _jsonable(value: Any) -> Any:
     """``value`` with NaN and infinities as null (JSON has no such numbers: unreadable times),
     and its strings as UTF-8 can hold them (:func:`strict`: a lone surrogate a scorer raised)."""
     if isinstance(value, float):
@@ -692,7 +692,7 @@ def _finite(value: Any) -> Any:
     if isinstance(value, str):
         return strict(value)
     if isinstance(value, dict):
-        return {_finite(key): _finite(item) for key, item in value.items()}
+        return {_jsonable(key): _jsonable(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
+        return [_jsonable(item) for item in value]
     return value

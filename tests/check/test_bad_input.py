@@ -139,7 +139,7 @@ def test_an_unwritable_json_report_is_refused_before_the_run(
 
 
 def test_the_json_report_is_valid_json_where_a_time_is_unreadable() -> None:
-    document = _report._finite({"cpu_s": math.nan, "cases": [{"wall_s": math.inf, "n": 1}]})
+    document = _report._jsonable({"cpu_s": math.nan, "cases": [{"wall_s": math.inf, "n": 1}]})
     assert document == {"cpu_s": None, "cases": [{"wall_s": None, "n": 1}]}
     json.dumps(document, allow_nan=False)
 
