@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_rewardhang.guard._outcome import Status
 
 from . import _changed
-from ._options import LIMIT_FIELDS, Limit
+from ._options import CALIBRATION_S, LIMIT_FIELDS, Limit
 
 if TYPE_CHECKING:
     from pytest_rewardhang.corpus._growth import Growth
@@ -77,7 +77,7 @@ def calibrate(repeats: int = 5) -> float:
         start = time.process_time()
         _workload()
         best = min(best, time.process_time() - start)
-    return max(best, 1e-6)
+    return min(max(best, CALIBRATION_S[0]), CALIBRATION_S[1])
 
 
 def source_hash(path: Path | None, rootdir: Path) -> str | None:
@@ -310,9 +310,14 @@ def _wrong(key: str, value: object) -> str:
         return f"must be a finite number, not {shown}"
     if key == "growth_exponent":  # a fit's slope: a flat curve's may come out below 0
         return ""
-    positive = key == "calibration_s"  # the machine's speed: every CPU time is divided by it
-    if (positive and value <= 0) or value < 0:  # type: ignore[operator]
-        return f"must be {'above' if positive else 'at least'} 0, not {value!r}"
+    if key == "calibration_s":  # the machine's speed: every CPU time is divided by it
+        low, high = CALIBRATION_S
+        if not low <= value <= high:  # type: ignore[operator]
+            return (
+                f"must be from {low:g} to {high:g} (seconds of the fixed workload), not {value!r}"
+            )
+    elif value < 0:  # type: ignore[operator]
+        return f"must be at least 0, not {value!r}"
     return ""
 
 

@@ -27,6 +27,10 @@ CONTEXTS = ("main", "thread", "loop")
 STYLES = ("verl", "single", "trl", "openrlhf", "areal", "verifiers", "slime", "rllm", "batch")
 #: ``--reward-hang-compare-fail`` fields; ``_baseline.FIELDS`` says which entry key each reads.
 LIMIT_FIELDS = ("cpu_p50", "cpu_p95", "cpu_max", "peak_mb", "growth")
+#: The machine calibration figures (seconds of the fixed workload) a run accepts, pinned or read
+#: from a baseline: about 0.03 s on a 2020s CPU. Past them a figure is not a machine's (a
+#: baseline's 5e-324 scaled every CPU time it was compared with to nothing).
+CALIBRATION_S = (1e-4, 1e3)
 _LIMIT = re.compile(r"^(?P<field>[a-z0-9_]+):(?P<amount>[0-9]*\.?[0-9]+)(?P<percent>%?)$")
 
 
@@ -401,7 +405,7 @@ def _ci_settings(config: pytest.Config) -> dict[str, Any]:
     calibration = None
     if str(raw_calibration).strip():
         try:
-            calibration = positive_seconds(str(raw_calibration).strip())
+            calibration = calibration_seconds(str(raw_calibration).strip())
         except ValueError as exc:
             raise pytest.UsageError(f"{source}: {exc}, got {raw_calibration!r}") from None
     changed = config.getoption("--reward-hang-changed")
@@ -481,6 +485,11 @@ def _number(
 
 def positive_seconds(raw: str) -> float:
     return _number(raw, float, lambda n: n > 0, "a positive number of seconds", MAX_BUDGET_S)
+
+
+def calibration_seconds(raw: str) -> float:
+    low, high = CALIBRATION_S
+    return _number(raw, float, lambda n: n >= low, f"a number of seconds from {low:g}", high)
 
 
 def deadlines(raw: str) -> float:

@@ -250,7 +250,20 @@ def test_save_writes_one_sorted_file_from_the_controller(
         (
             ["--reward-hang-calibration=fast"],
             "",
-            "ERROR: --reward-hang-calibration: expected a positive number of seconds, got 'fast'",
+            "ERROR: --reward-hang-calibration: expected a number of seconds from 0.0001, "
+            "got 'fast'",
+        ),
+        (
+            [],
+            "reward_hang_calibration = 5e-324",
+            "ERROR: reward_hang_calibration (ini): expected a number of seconds from 0.0001, "
+            "got '5e-324'",
+        ),
+        (
+            ["--reward-hang-calibration=2000"],
+            "",
+            "ERROR: --reward-hang-calibration: expected a number of seconds from 0.0001 of at "
+            "most 1000, got '2000'",
         ),
         (
             ["--reward-hang-compare"],
@@ -336,6 +349,9 @@ def test_load_refuses_files_that_are_not_baselines(tmp_path: Path) -> None:
     assert _baseline.load(FIXTURE)["scorers.spin"]["repetition"]["cpu_p95_s"] == 0.01
 
 
+CALIBRATION = "must be from 0.0001 to 1000 (seconds of the fixed workload)"
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -347,7 +363,10 @@ def test_load_refuses_files_that_are_not_baselines(tmp_path: Path) -> None:
         ({"cpu_p95_s": "fast"}, "cpu_p95_s must be a finite number, not 'fast'"),
         ({"peak_mb": [1]}, "peak_mb must be a finite number, not [1]"),
         ({"cpu_max_s": -1}, "cpu_max_s must be at least 0, not -1"),
-        ({"calibration_s": 0}, "calibration_s must be above 0, not 0"),
+        ({"calibration_s": 0}, f"calibration_s {CALIBRATION}, not 0"),
+        # A figure no machine measures: every CPU time compared with it scaled to nothing.
+        ({"calibration_s": 5e-324}, f"calibration_s {CALIBRATION}, not 5e-324"),
+        ({"calibration_s": 1e9}, f"calibration_s {CALIBRATION}, not 1000000000.0"),
         ({"calibration_s": "x"}, "calibration_s must be a finite number, not 'x'"),
         # An OverflowError from the check itself: INTERNALERROR.
         (
