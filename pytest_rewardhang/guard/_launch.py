@@ -106,10 +106,8 @@ class PoolError(RuntimeError):
 def import_target(fn: Callable[..., Any] | str) -> tuple[Any, ...] | None:
     """What a fresh interpreter imports to get ``fn``, or None when it cannot."""
     if isinstance(fn, str):
-        target, attr = split_spec(fn)
-        if is_file_target(target) and not Path(target).is_absolute():
-            target = str(Path.cwd() / target)
-        return ("spec", f"{target}:{attr}")
+        # A file is found from here, and an error names the spec as it was given.
+        return ("spec", fn, str(Path.cwd()) if is_file_target(split_spec(fn)[0]) else None)
     if not isinstance(fn, _PLAIN_CALLABLES) and _importable(type(fn)):
         # A callable object of an importable class travels pickled; unpickling it in the
         # zygote may import what it wraps there, once for every worker.

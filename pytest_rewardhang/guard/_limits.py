@@ -73,6 +73,16 @@ def count(name: str, value: object) -> int:
     return value
 
 
+def function(value: object, *, spec: bool) -> None:
+    """``fn``: a callable, or where ``spec``, a ``"pkg.mod:attr"`` / ``"file.py:attr"`` string
+    (else every call would come back an ERROR, each the same ``TypeError``)."""
+    if callable(value) or (spec and isinstance(value, str)):
+        return
+    what = "callable or a spec string" if spec else "callable"
+    hint = ": run takes a function; load_callable(spec) gives one" * isinstance(value, str)
+    raise TypeError(f"fn must be {what}, not {type(value).__name__} {value!r:.80}{hint}")
+
+
 def switch(name: str, value: object) -> bool:
     """True or False, and nothing that Python merely reads as one."""
     if not isinstance(value, bool):

@@ -125,6 +125,7 @@ class Pool:
         network: bool = True,
         unprivileged: bool = False,
     ) -> None:
+        _limits.function(fn, spec=True)
         Pool.check_limits(
             budget,
             memory_mb,

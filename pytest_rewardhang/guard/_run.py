@@ -58,10 +58,11 @@ def run(
     call as ``nobody``, without capabilities. ``Outcome.confined`` says what applied; each
     call also has a temporary folder (``TMPDIR``) and, where root, a ``/dev/shm`` of its own,
     removed after it. Where one asked for cannot apply, one warning is logged.
-    Never raises for anything the call does; the :class:`Outcome` says what happened, and
-    control comes back within about ``budget`` plus 0.1 s whatever the call does, plus the
-    time its processes take to exit when it has started hundreds (each is gone before ``run``
-    returns: 300 to 900 sleeping forks of a 55 MiB caller add 0.15 to 0.7 s on 2 busy cores).
+    Raises only for its own arguments (``fn`` not callable, a nonsense option), never for
+    anything the call does: the :class:`Outcome` says what happened, and control comes back
+    within about ``budget`` plus 0.1 s whatever the call does, plus the time its processes
+    take to exit when it has started hundreds (each is gone before ``run`` returns: 300 to 900
+    sleeping forks of a 55 MiB caller add 0.15 to 0.7 s on 2 busy cores).
 
     The value comes back only if it is plain data (None, bool, int, float, complex, str,
     bytes, bytearray, list, tuple, dict, set, frozenset, nested; numpy scalars when numpy is
@@ -71,6 +72,7 @@ def run(
     when it is of a builtin class holding plain data (or ``objects=True``); the text is in
     ``Outcome.error`` always.
     """
+    _limits.function(fn, spec=False)
     switches = {"objects": objects, "network": network, "unprivileged": unprivileged}
     _check_limits(budget, memory_mb, max_processes, **switches)
     kwargs = {} if kwargs is None else kwargs
@@ -156,6 +158,8 @@ def guarded(
     }
 
     def decorate(fn: Callable[P, R]) -> Callable[P, Any]:
+        _limits.function(fn, spec=False)
+
         def result(out: Outcome) -> Any:
             if out.status is Status.OK:
                 return out.value

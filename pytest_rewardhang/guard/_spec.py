@@ -3,11 +3,15 @@
 A file path is loaded as a module of the package it sits in, without executing the
 ``__init__.py`` of the packages around it: checking ``verl/utils/reward_score/gsm8k.py`` must not
 need verl's heavy ``verl/__init__.py``. The parent packages are created as empty namespaces, so
-relative imports inside the file's own package still work.
+relative imports inside the file's own package still work. A file whose top-level name is
+another module's (``math.py``, ``code.py``, a second ``reward.py``) is loaded under a private
+prefix instead: under its own name it would be what every later ``import math`` in the process
+gets.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
@@ -71,11 +75,17 @@ def load_file(path: Path, spec: str | None = None) -> types.ModuleType:
     while (folder / "__init__.py").is_file():
         parts.insert(0, folder.name)
         folder = folder.parent
-    name = ".".join(parts)
+    top = folder / parts[0] if len(parts) > 1 else path
+    names = list(parts)
+    if _taken(parts[0], top):
+        names.insert(0, "_rewardhang_" + hashlib.sha256(str(top).encode()).hexdigest()[:12])
+        if names[0] not in sys.modules:
+            _namespace(names[0], None)
+    name = ".".join(names)
     if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
         return sys.modules[name]
     for depth in range(1, len(parts)):
-        package = ".".join(parts[:depth])
+        package = ".".join(names[: len(names) - len(parts) + depth])
         if package not in sys.modules:
             _namespace(package, folder.joinpath(*parts[:depth]))
     module_spec = importlib.util.spec_from_file_location(name, path)
@@ -91,11 +101,33 @@ def load_file(path: Path, spec: str | None = None) -> types.ModuleType:
     return module
 
 
-def _namespace(name: str, folder: Path) -> None:
+def _taken(top: str, own: Path) -> bool:
+    """Whether the top-level name ``top`` is a module other than ``own`` (the file, or the
+    top package's folder): the standard library's, one imported, or one an import would find."""
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        return True
+    held = sys.modules.get(top)
+    if held is not None:
+        where = [getattr(held, "__file__", None), *(getattr(held, "__path__", None) or [])]
+    else:
+        try:
+            found = importlib.util.find_spec(top)
+        except (ImportError, ValueError):  # a broken module of that name: still not ours
+            return True
+        if found is None:
+            return False
+        where = [found.origin, *(found.submodule_search_locations or [])]
+    ours = {str(own), str(own / "__init__.py")}
+    return not ours.intersection(str(place) for place in where if place)
+
+
+def _namespace(name: str, folder: Path | None) -> None:
+    """An empty package ``name`` whose submodules are found in ``folder`` (None: nowhere)."""
+    locations = [] if folder is None else [str(folder)]
     spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-    spec.submodule_search_locations = [str(folder)]
+    spec.submodule_search_locations = locations
     module = importlib.util.module_from_spec(spec)
-    module.__path__ = [str(folder)]
+    module.__path__ = locations
     sys.modules[name] = module
 
 

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 from . import _cgroup, _confine, _contain, _inherit, _libc, _procfs, _quota, _reap, _treekill
@@ -103,7 +104,8 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
     try:
         fn = _resolve(target)
     except BaseException as exc:  # noqa: BLE001 - the caller raises it with this text
-        text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        said = str(exc) if isinstance(exc, SpecError) else f"{type(exc).__name__}: {exc}"
+        text = said.splitlines()[0]
         sock.send(MSG_ERROR + text.encode("utf-8", "replace"))
         os._exit(1)
     try:
@@ -304,7 +306,8 @@ _RESET = (
 
 def _resolve(target: tuple[Any, ...]) -> Callable[..., Any]:  # pragma: no cover - zygote only
     if target[0] == "spec":
-        return load_callable(target[1])
+        _, spec, rootdir = target
+        return load_callable(spec, None if rootdir is None else Path(rootdir))
     if target[0] == "pickle":
         fn: Callable[..., Any] = pickle.loads(target[1])
         return fn

@@ -494,7 +494,9 @@ def test_a_callable_object_is_pickled_to_the_zygote_once(tmp_path: Path) -> None
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_a_spec_that_does_not_import_fails_at_construction(tmp_path: Path) -> None:
+def test_a_spec_that_does_not_import_fails_at_construction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pytest_rewardhang.guard._spec import SpecError
 
     bad = tmp_path / "bad.py"
@@ -503,6 +505,11 @@ def test_a_spec_that_does_not_import_fails_at_construction(tmp_path: Path) -> No
         Pool(f"{bad}:compute_score", workers=1)
     with pytest.raises(SpecError, match="has no attribute"):
         Pool(f"{__name__}:no_such_scorer", workers=1)
+    # Said once, naming the spec as it was given (it read "SpecError: '/abs/path...'").
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError) as raised:
+        Pool("missing.py:compute_score", workers=1)
+    assert str(raised.value) == f"'missing.py:compute_score': no such file '{tmp_path}/missing.py'"
 
 
 @pytest.mark.timeout(60)

@@ -303,6 +303,25 @@ def test_nonsense_limits_are_refused() -> None:
         run(int, memory_mb=0)
 
 
+def test_a_fn_that_is_not_callable_is_refused_at_the_door() -> None:
+    # A spec given to run (a Pool takes one) came back an ERROR from every call: with the
+    # docs' `out.value if out.ok else 0.0`, every reward a silent 0.
+    hint = r": run takes a function; load_callable\(spec\) gives one$"
+    with pytest.raises(TypeError, match=r"^fn must be callable, not str 'r/math.py:score'" + hint):
+        run("r/math.py:score")  # type: ignore[arg-type]
+    nonsense: Any = 3
+    guards: list[Callable[[], object]] = [
+        lambda: run(nonsense),
+        lambda: guarded()(nonsense),
+        lambda: Pool(nonsense, workers=1),
+    ]
+    for guard in guards:
+        with pytest.raises(
+            TypeError, match=r"^fn must be callable( or a spec string)?, not int 3$"
+        ):
+            guard()
+
+
 NONSENSE = [
     ({"budget": True}, "budget must be a positive number of seconds, not True"),
     ({"budget": -math.inf}, "budget must be a positive number of seconds, not -inf"),

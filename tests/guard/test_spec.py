@@ -1,0 +1,89 @@
+"""Specs of files: each loaded as a module of its own, never in another module's place."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_rewardhang.guard import Pool, Status, load_callable
+
+#: A scorer whose imports read ``math`` as the standard library has it (fractions: ``math.gcd``).
+FRACTIONS = (
+    "import fractions\n\n"
+    "def score(text='', truth=''):\n"
+    "    return float(fractions.Fraction(1, 2))\n"
+)
+
+
+@pytest.fixture
+def fresh_modules() -> Iterator[None]:
+    """What the test's loads register in ``sys.modules`` is gone after it."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+@pytest.mark.usefixtures("fresh_modules")
+@pytest.mark.parametrize("stem", ["math", "code", "json"])
+def test_a_file_named_like_a_standard_module_does_not_take_its_place(
+    tmp_path: Path, stem: str
+) -> None:
+    # Registered under its bare name, the docs' own `my_rewards/math.py` was the `math` of
+    # every later import in the process (`fractions`: "module 'math' has no attribute 'gcd'").
+    held = sys.modules.get(stem)
+    (tmp_path / f"{stem}.py").write_text(FRACTIONS)
+    score = load_callable(f"{tmp_path / stem}.py:score")
+    assert score() == 0.5
+    assert sys.modules.get(stem) is held
+    assert score.__module__ != stem
+    assert load_callable(f"{tmp_path / stem}.py:score") is score  # loaded once
+
+
+@pytest.mark.usefixtures("fresh_modules")
+def test_two_files_of_one_name_are_two_modules(tmp_path: Path) -> None:
+    specs = []
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "reward.py").write_text(f"def score():\n    return {folder!r}\n")
+        specs.append(f"{tmp_path / folder / 'reward.py'}:score")
+    first, second = (load_callable(spec) for spec in specs)
+    assert (first(), second()) == ("a", "b")
+    # Each still its own module: the second had replaced the first, which loaded again.
+    assert [load_callable(spec) for spec in specs] == [first, second]
+
+
+@pytest.mark.usefixtures("fresh_modules")
+def test_a_package_named_like_a_standard_module_keeps_its_relative_imports(
+    tmp_path: Path,
+) -> None:
+    package = tmp_path / "code"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise ImportError('the heavy __init__ never runs')\n")
+    (package / "helpers.py").write_text("ANSWER = 42\n")
+    (package / "scorer.py").write_text(
+        "from .helpers import ANSWER\n\ndef score():\n    return ANSWER\n"
+    )
+    held = sys.modules.get("code")
+    assert load_callable(f"{package / 'scorer.py'}:score")() == 42
+    assert sys.modules.get("code") is held
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_pool_scores_a_file_named_like_a_standard_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In the pool's fresh interpreter the file was `math` before `fractions` imported it:
+    # every item an ERROR, every reward the trainer's 0.0.
+    (tmp_path / "my_rewards").mkdir()
+    (tmp_path / "my_rewards" / "math.py").write_text(FRACTIONS)
+    monkeypatch.chdir(tmp_path)
+    with Pool("my_rewards/math.py:score", workers=1, budget=30.0) as pool:
+        (out,) = pool.map([("x", "y")])
+    assert out.status is Status.OK, out.error
+    assert out.value == 0.5
+    assert math.gcd(4, 6) == 2
