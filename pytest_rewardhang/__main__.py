@@ -58,12 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         seconds("deadline", deadline)
         memory_mb = mebibytes("memory_mb", record.get("memory_mb"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
-        parser.error(shown(f"{args.file}: not a saved case: {type(exc).__name__}: {exc}"))
+        why = f"it has no {exc.args[0]!r}" if isinstance(exc, KeyError) else f"{exc}"
+        return _refused(f"{args.file}: not a saved case: {why}")
     call = ScorerCall(spec, str(Path.cwd()), context, materialize, keep_value=True)
     try:
         call.load()
     except SpecError as exc:
-        parser.error(shown(str(exc)))  # the spec is the case file's
+        return _refused(str(exc))  # the spec is the case file's
     chars = record.get("chars")
     if not isinstance(chars, int):
         arg = record.get("response_arg")
@@ -85,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     elif out.error:
         print(shown(out.error))
     return 0 if out.ok else 1
+
+
+def _refused(why: str) -> int:
+    """One line on stderr, exit 2: a file, not the command line, was wrong (no usage)."""
+    print(f"python -m pytest_rewardhang repro: error: {shown(why)}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -418,7 +418,9 @@ def item_record(
         ],
         "growth": [g.as_dict() for g in growth],
     }
-    if any(r.outcome.status is Status.TIMEOUT for r in results):
+    # Where an annotation goes when no frame says better: a timeout, or a gate's verdict.
+    gated = verdict.kind in (Kind.REGRESSED, Kind.NO_LONGER_HANGS) or check.scorer.expect_hang
+    if gated or any(r.outcome.status is Status.TIMEOUT for r in results):
         file, line = locate(check.scorer.spec, check.rootdir)
         if file is not None and line is not None:
             record["defined_at"] = [_relative(str(file), check.rootdir), line]
@@ -553,12 +555,22 @@ class Summary:
         """Whether some scorer's verdict fails the run (``expect=hang`` ones with passing items)."""
         return any(Kind(entry["status"]).fails for entry in self.scorers())
 
-    def known_from_ini(self, scorer_id: str) -> bool:
-        return any(r["id"] == scorer_id and "known_from" in r for r in self.records)
-
-    def no_longer_hanging(self) -> list[str]:
-        """Scorers declared ``expect=hang`` that hung on none of the families that ran."""
-        return [e["id"] for e in self.scorers() if e["status"] == Kind.NO_LONGER_HANGS]
+    def no_longer_hanging(self) -> list[tuple[str, str]]:
+        """``(scorer id, why it fails)`` for each scorer expected to hang (``expect=hang``, or
+        listed whole in ``reward_hang_known``) that hung on none of the families that ran. An
+        item listed alone fails as that item, and says so itself."""
+        found = []
+        for entry in self.scorers():
+            if entry["status"] != Kind.NO_LONGER_HANGS or not entry["expect_hang"]:
+                continue
+            where, fix = (
+                ("listed in reward_hang_known", "remove the entry")
+                if "known_from" in entry
+                else ("declared expect=hang", "remove expect=hang")
+            )
+            why = f"{where}, but none of its families hung: if the scorer is fixed, {fix}"
+            found.append((entry["id"], why))
+        return found
 
     def table(self) -> list[str]:
         rows = [
@@ -612,15 +624,31 @@ class Summary:
         """``::error`` annotations at each stuck line, and the table for the step summary."""
         lines = []
         for record in self.records:
-            if record["verdict"] in (Kind.REGRESSED, Kind.NO_LONGER_HANGS):
-                title = "reward hang " + record["verdict"].replace(Kind.NO_LONGER_HANGS, "fixed")
-                text = _data(shown(f"{record['id']}::{record['family']}"))
-                lines.append(f"::error title={_property(title)}::{text}")
+            name = f"{record['id']}::{record['family']}"
+            if record["verdict"] == Kind.REGRESSED:
+                why = next(
+                    (
+                        "; ".join(b["comparison"]["regressions"])
+                        for b in self.baselines
+                        if (b["id"], b["family"]) == (record["id"], record["family"])
+                        and b.get("comparison")
+                    ),
+                    "",
+                )
+                text = f"{name} regressed against the baseline: {why}"
+                lines.append(_error("reward hang regressed", text, record.get("defined_at")))
+            if record["verdict"] == Kind.NO_LONGER_HANGS:
+                text = f"{name} no longer hangs: if it is fixed, remove it from reward_hang_known"
+                lines.append(_error("reward hang fixed", text, record.get("defined_at")))
             if record["verdict"] not in (Kind.HANG, Kind.SLOW):
                 continue
             for case in record["cases"]:
                 if case["status"] == "timeout":
                     lines.append(_annotation(record, case))
+        for scorer_id, why in self.no_longer_hanging():
+            places = (r.get("defined_at") for r in self.records if r["id"] == scorer_id)
+            place = next((found for found in places if found), None)
+            lines.append(_error("reward hang fixed", f"{scorer_id}: {why}", place))
         if step_summary:
             with open(step_summary, "a", encoding="utf-8") as f:
                 f.write("### Reward hang check\n\n" + _markdown_table(self.scorers()) + "\n")
@@ -646,11 +674,15 @@ def _annotation(record: dict[str, Any], case: dict[str, Any]) -> str:
         )
     if innermost and innermost != stuck:
         text += f"; innermost frame {_frame(tuple(innermost))}"
-    title = _property(title)
+    return _error(title, text, place)
+
+
+def _error(title: str, text: str, place: list[Any] | tuple[Any, ...] | None) -> str:
+    """An ``::error`` annotation, on ``place`` (``[file, line]``) when there is one."""
     if place:
         file, line = _property(shown(str(place[0]))), int(place[1])
-        return f"::error file={file},line={line},title={title}::{_data(shown(text))}"
-    return f"::error title={title}::{_data(shown(text))}"
+        return f"::error file={file},line={line},title={_property(title)}::{_data(shown(text))}"
+    return f"::error title={_property(title)}::{_data(shown(text))}"
 
 
 def _data(text: str) -> str:

@@ -60,6 +60,8 @@ class RewardHangSession:
                 limits=settings.compare_fail,
             )
         self.baseline_notes: list[str] = []
+        #: Said when ``--reward-hang-changed`` left nothing to run (the run then passes).
+        self.unchanged = ""
         self.changed_files: set[Path] | None = None
         if settings.changed_ref is not None:
             try:
@@ -180,8 +182,13 @@ class RewardHangSession:
             items += made
 
     def _touched_by_change(self, check: ScorerCheck, source: Path | None) -> bool:
-        """Whether the scorer, its in-repo imports or its example changed since the ref."""
+        """Whether the scorer, its in-repo imports or its example changed since the ref, or
+        the configuration every scorer is checked by: the ini file (registrations, known
+        hangs, limits) or the baseline compared with."""
         assert self.changed_files is not None
+        configuration = {self.config.inipath, self.settings.compare_baseline}
+        if any(path and path.resolve() in self.changed_files for path in configuration):
+            return True
         if source is None:
             return False  # outside the repository: a pull request cannot change it
         watched = _changed.dependencies(source, self.config.rootpath)
@@ -231,6 +238,8 @@ class RewardHangSession:
                 self.summary.add_not_run(json.loads(str(value)))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if hasattr(self.config, "workerinput"):  # an xdist worker: the controller says it all
+            return
         controller = self.config.pluginmanager.hasplugin("dsession")  # xdist: workers collect
         if self.collected and not self.checks and not controller:
             terminalreporter.write_line(
@@ -238,22 +247,15 @@ class RewardHangSession:
                 "--reward-hang-scorer, @pytest_rewardhang.scorer, entry points or hook)",
                 yellow=True,
             )
+        if self.unchanged:
+            terminalreporter.write_line(self.unchanged, green=True)
         if not self.summary.records:
             return
         terminalreporter.write_sep("=", "reward hang check")
         for line in self.summary.table():
             terminalreporter.write_line(line)
-        for scorer_id in self.summary.no_longer_hanging():
-            where, fix = (
-                ("listed in reward_hang_known", "remove the entry")
-                if self.summary.known_from_ini(scorer_id)
-                else ("declared expect=hang", "remove expect=hang")
-            )
-            terminalreporter.write_line(
-                f"FAILED {scorer_id}: {where}, but none of its families hung: "
-                f"if the scorer is fixed, {fix}",
-                red=True,
-            )
+        for scorer_id, why in self.summary.no_longer_hanging():
+            terminalreporter.write_line(f"FAILED {scorer_id}: {why}", red=True)
         baseline_lines = self.summary.baseline_lines() + self.baseline_notes
         if baseline_lines:
             terminalreporter.write_sep("-", "reward hang baseline")
@@ -268,14 +270,24 @@ class RewardHangSession:
             check.close()
         # Items fail by their verdicts; a scorer's can fail too where every item passed (one
         # expected to hang that hung nowhere). The controller decides, from every worker's items.
-        failed = self.summary.fails() and not hasattr(self.config, "workerinput")
-        if failed and session.exitstatus == pytest.ExitCode.OK:
+        if hasattr(self.config, "workerinput"):  # an xdist worker: its items only
+            return
+        nothing = session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED
+        if nothing and self.settings.changed_ref is not None:
+            # A pull request that touches no scorer passes: exit 5 turned it red.
+            session.exitstatus = pytest.ExitCode.OK
+            self.unchanged = (
+                f"reward hang check: no scorer changed since {self.settings.changed_ref} (its "
+                "file, the modules it imports, its example, the ini file or the baseline): "
+                "nothing to check"
+            )
+        if self.summary.fails() and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.json_path is not None:
             settings = {**as_dict(self.settings), "corpus_version": self.corpus.version}
             self.summary.write_json(self.json_path, settings)
         save = self.settings.save_baseline
-        if save is not None and not hasattr(self.config, "workerinput"):
+        if save is not None:
             # The controller writes it, from the item reports: xdist workers only measure.
             written = _baseline.save(save, self.summary.baseline_entries())
             self.baseline_notes.append(f"baseline written: {save} ({written} entries)")

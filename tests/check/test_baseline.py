@@ -16,7 +16,7 @@ import pytest
 
 from pytest_rewardhang.check import _baseline, _options
 from pytest_rewardhang.corpus import _cases
-from tests._projects import XDIST, fast, scorer_args, usage
+from tests._projects import SCORERS, XDIST, fast, line_of, scorer_args, usage
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,8 +48,11 @@ def report(project: pytest.Pytester) -> dict[str, Any]:
 
 
 @pytest.mark.slow  # check runs with a replay: the slow tier
-def test_a_regressed_scorer_fails_only_its_item_after_a_replay(project: pytest.Pytester) -> None:
+def test_a_regressed_scorer_fails_only_its_item_after_a_replay(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stored_baseline(project)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
     result = project.runpytest_subprocess(
         *FAST,
         *scorer_args("clean", "spin", "noisy"),
@@ -68,6 +71,14 @@ def test_a_regressed_scorer_fails_only_its_item_after_a_replay(project: pytest.P
             "*- reward hang baseline -*",
             "regressed scorers.spin::repetition: cpu_p95 0.01 s -> *",
             "FAILED scorers.spin::repetition - regressed against the baseline*",
+        ]
+    )
+    # On the scorer's def line (in the pull request's diff), saying what regressed.
+    spin = line_of(SCORERS, "def spin(")
+    result.stdout.fnmatch_lines(
+        [
+            f"::error file=scorers.py,line={spin},title=reward hang regressed::scorers.spin::"
+            "repetition regressed against the baseline: cpu_p95 0.01 s -> 0.1* s normalised*"
         ]
     )
     failed = [

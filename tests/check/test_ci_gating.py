@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._projects import XDIST, fast, scorer_args, usage
+from tests._projects import SCORERS, XDIST, fast, line_of, scorer_args, usage
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,6 +36,31 @@ def test_known_items_xfail_while_they_hang_and_fail_once_they_stop(
         [
             "*no longer hangs: scorers.clean::repetition is listed in reward_hang_known but none "
             "of its cases ran past the deadline*"
+        ]
+    )
+    # Said once, as the item: the scorer was never declared expect=hang as a whole.
+    result.stdout.no_fnmatch_line("FAILED scorers.clean: *")
+
+
+def test_gate_annotations_name_the_scorers_def_line_and_why(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # They had no file (never in the pull request's diff) and said only the item's name.
+    summary = project.path / "summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    known(project, "scorers.clean::repetition", "whole")
+    whole = "--reward-hang-scorer=scorers.py:clean id=whole"
+    result = project.runpytest_subprocess(*FAST, *scorer_args("clean"), whole)
+    result.assert_outcomes(failed=1, passed=1)
+    clean = line_of(SCORERS, "def clean(")
+    result.stdout.fnmatch_lines(
+        [
+            f"::error file=scorers.py,line={clean},title=reward hang fixed::scorers.clean::"
+            "repetition no longer hangs: if it is fixed, remove it from reward_hang_known",
+            f"::error file=scorers.py,line={clean},title=reward hang fixed::whole: listed in "
+            "reward_hang_known, but none of its families hung: if the scorer is fixed, remove "
+            "the entry",
         ]
     )
 
@@ -202,6 +227,33 @@ def test_changed_selects_scorers_whose_sources_or_imports_changed(
     assert changed == {"math.compute_score", "code.compute_score"}
     result = repo.runpytest_subprocess(*FAST, "--collect-only", "--reward-hang-changed")
     result.stdout.fnmatch_lines(["collected 3 items / 2 deselected / 1 selected"])
+
+
+def test_a_change_that_touches_no_scorer_passes_and_the_configuration_touches_all(
+    repo: pytest.Pytester,
+) -> None:
+    root = repo.path
+    write(root / "docs.md", "words only\n")
+    # Exit 5 ("no tests ran") had turned every such pull request red.
+    result = repo.runpytest_subprocess(*FAST, "--reward-hang-changed", "-m", "reward_hang")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["reward hang check: no scorer changed since HEAD (*): nothing to check"]
+    )
+    # The ini file (registrations, known hangs, limits) and the baseline check every scorer:
+    # a pull request that listed a scorer's hang as known had checked none.
+    everything = {"math.compute_score", "code.compute_score", "plain.compute_score"}
+    ini = root / "tox.ini"
+    ini.write_text(ini.read_text() + "\n# reward_hang_known, say\n")
+    assert selected(repo, "--reward-hang-changed") == everything
+    git(root, "checkout", "--", "tox.ini")
+    write(root / "baseline.json", '{"format": 1, "scorers": {}}\n')
+    git(root, "add", "baseline.json")
+    git(root, "commit", "-q", "-m", "baseline")
+    write(root / "baseline.json", '{"format": 1, "scorers": {}, "refreshed": true}\n')
+    compare = "--reward-hang-compare=baseline.json"
+    assert selected(repo, "--reward-hang-changed") == set()
+    assert selected(repo, "--reward-hang-changed", compare) == everything
 
 
 def test_a_new_untracked_scorer_counts_as_changed(repo: pytest.Pytester) -> None:

@@ -460,18 +460,23 @@ def test_decorator_and_hook_register_scorers(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["rewards.decorated::repetition", "hooked::repetition"])
 
 
-def test_github_annotations_and_step_summary(project: pytest.Pytester) -> None:
+@XDIST
+def test_github_annotations_and_step_summary(project: pytest.Pytester, xdist: list[str]) -> None:
     summary = project.path / "summary.md"
     env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
     os.environ.update(env)
     try:
-        result = check(project, *scorer_args("c_hang"), "-k", "repetition", "--junitxml=j.xml")
+        result = check(
+            project, *scorer_args("c_hang"), "-k", "repetition", "--junitxml=j.xml", *xdist
+        )
     finally:
         for key in env:
             del os.environ[key]
     result.stdout.fnmatch_lines(
         [f"::error file=scorers.py,line={C_HANG_LINE},title=reward hang::*"]
     )
+    # One table, the controller's: each xdist worker had added its own, of its items alone.
+    assert summary.read_text().count("### Reward hang check") == 1
     assert "| `scorers.c_hang` |" in summary.read_text()
     junit = (project.path / "j.xml").read_text()
     assert 'name="reward_hang_verdict" value="hang"' in junit

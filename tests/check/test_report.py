@@ -362,6 +362,7 @@ def test_repro_says_what_it_runs_and_refuses_a_file_it_cannot_read(tmp_path: Pat
     assert done.stdout.startswith("os:getcwd (scorer.compute_score) case x\n\\::error"), done
     # Each was a traceback: one line naming the file, exit 2.
     bad_cases: list[dict[str, Any]] = [
+        {"spec": None},
         {"kwargs": [1]},
         {"deadline": float("nan")},
         {"deadline": 10**400},
@@ -370,8 +371,11 @@ def test_repro_says_what_it_runs_and_refuses_a_file_it_cannot_read(tmp_path: Pat
     for bad in bad_cases:
         done = repro({**case, **bad})
         assert done.returncode == 2, done
-        assert "not a saved case" in done.stderr, done
-        assert "Traceback" not in done.stderr, done
+        (line,) = done.stderr.splitlines()  # no usage: the command line was right
+        assert line.startswith("python -m pytest_rewardhang repro: error: "), done
+        assert "not a saved case" in line, done
+    done = repro({key: value for key, value in case.items() if key != "spec"})
+    assert done.stderr.endswith("not a saved case: it has no 'spec'\n"), done
 
 
 def test_shown_breaks_a_command_behind_any_whitespace_the_runner_trims() -> None:
