@@ -45,12 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "serve":
         return run_server(serve, args)
+    if args.deadline is not None:
+        try:
+            seconds("--deadline", args.deadline)
+        except ValueError as exc:
+            repro.error(str(exc))
     try:
         record = json.loads(args.file.read_text(encoding="utf-8"))
         spec, kwargs = record["spec"], record["kwargs"]
         if not (isinstance(spec, str) and isinstance(kwargs, dict)):
             raise TypeError("its spec must be a string and its kwargs an object")
-        deadline = float(args.deadline or record["deadline"])
+        deadline = float(record["deadline"] if args.deadline is None else args.deadline)
         context = str(args.context or record.get("context") or _OLD_CONTEXT)
         materialize = tuple((str(a), str(b)) for a, b in record.get("materialize", []))
         if context not in CONTEXT_NAMES:

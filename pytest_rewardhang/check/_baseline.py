@@ -313,9 +313,7 @@ def _wrong(key: str, value: object) -> str:
     if key == "calibration_s":  # the machine's speed: every CPU time is divided by it
         low, high = CALIBRATION_S
         if not low <= value <= high:  # type: ignore[operator]
-            return (
-                f"must be from {low:g} to {high:g} (seconds of the fixed workload), not {value!r}"
-            )
+            return f"must be {low:g} to {high:g} seconds (of the fixed workload), not {value!r}"
     elif value < 0:  # type: ignore[operator]
         return f"must be at least 0, not {value!r}"
     return ""

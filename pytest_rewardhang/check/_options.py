@@ -489,7 +489,7 @@ def positive_seconds(raw: str) -> float:
 
 def calibration_seconds(raw: str) -> float:
     low, high = CALIBRATION_S
-    return _number(raw, float, lambda n: n >= low, f"a number of seconds from {low:g}", high)
+    return _number(raw, float, lambda n: low <= n <= high, f"{low:g} to {high:g} seconds")
 
 
 def deadlines(raw: str) -> float:

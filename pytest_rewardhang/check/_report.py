@@ -635,7 +635,7 @@ class Summary:
                     ),
                     "",
                 )
-                text = f"{name} regressed against the baseline: {why}"
+                text = f"{name} regressed against the baseline" + (f": {why}" if why else "")
                 lines.append(_error("reward hang regressed", text, record.get("defined_at")))
             if record["verdict"] == Kind.NO_LONGER_HANGS:
                 text = f"{name} no longer hangs: if it is fixed, remove it from reward_hang_known"

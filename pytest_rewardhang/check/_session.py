@@ -60,6 +60,9 @@ class RewardHangSession:
                 limits=settings.compare_fail,
             )
         self.baseline_notes: list[str] = []
+        #: Scorers ``--reward-hang-changed`` left out (False) and kept (True); under xdist,
+        #: the controller takes a worker's (each collects them all).
+        self.by_change = {False: 0, True: 0}
         #: Said when ``--reward-hang-changed`` left nothing to run (the run then passes).
         self.unchanged = ""
         self.changed_files: set[Path] | None = None
@@ -176,9 +179,12 @@ class RewardHangSession:
             # Reported like any collected node, so "collected N items" counts ours too.
             report = pytest.CollectReport(node.nodeid, "passed", None, list(made))
             config.hook.pytest_collectreport(report=report)
-            if self.changed_files is not None and not self._touched_by_change(check, source[0]):
-                config.hook.pytest_deselected(items=made)
-                continue
+            if self.changed_files is not None:
+                touched = self._touched_by_change(check, source[0])
+                self.by_change[touched] += 1
+                if not touched:
+                    config.hook.pytest_deselected(items=made)
+                    continue
             items += made
 
     def _touched_by_change(self, check: ScorerCheck, source: Path | None) -> bool:
@@ -271,15 +277,17 @@ class RewardHangSession:
         # Items fail by their verdicts; a scorer's can fail too where every item passed (one
         # expected to hang that hung nowhere). The controller decides, from every worker's items.
         if hasattr(self.config, "workerinput"):  # an xdist worker: its items only
+            output: dict[str, Any] = getattr(self.config, "workeroutput", {})
+            output[_BY_CHANGE] = [self.by_change[False], self.by_change[True]]
             return
         nothing = session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED
-        if nothing and self.settings.changed_ref is not None:
-            # A pull request that touches no scorer passes: exit 5 turned it red.
+        if nothing and self.by_change[False] and not self.by_change[True]:
+            # A pull request that touches no scorer passes: exit 5 turned it red. Only then: a
+            # run with no scorer registered, or a -k past every changed one, still says so.
             session.exitstatus = pytest.ExitCode.OK
             self.unchanged = (
-                f"reward hang check: no scorer changed since {self.settings.changed_ref} (its "
-                "file, the modules it imports, its example, the ini file or the baseline): "
-                "nothing to check"
+                f"reward hang check: no registered scorer changed since "
+                f"{self.settings.changed_ref}: nothing to check"
             )
         if self.summary.fails() and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -292,9 +300,18 @@ class RewardHangSession:
             written = _baseline.save(save, self.summary.baseline_entries())
             self.baseline_notes.append(f"baseline written: {save} ({written} entries)")
 
+    @pytest.hookimpl(optionalhook=True)  # pytest-xdist's, in the controller
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        left_out, kept = getattr(node, "workeroutput", {}).get(_BY_CHANGE, (0, 0))
+        self.by_change = {False: left_out, True: kept}
+
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         for check in self.checks:
             check.close()
+
+
+#: The ``workeroutput`` key of a worker's ``by_change`` counts.
+_BY_CHANGE = "reward_hang_by_change"
 
 
 def _user_timeout(config: pytest.Config) -> float:

@@ -79,7 +79,7 @@ def function(value: object, *, spec: bool) -> None:
     if callable(value) or (spec and isinstance(value, str)):
         return
     what = "callable or a spec string" if spec else "callable"
-    hint = ": run takes a function; load_callable(spec) gives one" * isinstance(value, str)
+    hint = ": give the function itself (load_callable(spec) loads one)" * isinstance(value, str)
     raise TypeError(f"fn must be {what}, not {type(value).__name__} {value!r:.80}{hint}")
 
 

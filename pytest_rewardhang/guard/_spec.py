@@ -4,9 +4,11 @@ A file path is loaded as a module of the package it sits in, without executing t
 ``__init__.py`` of the packages around it: checking ``verl/utils/reward_score/gsm8k.py`` must not
 need verl's heavy ``verl/__init__.py``. The parent packages are created as empty namespaces, so
 relative imports inside the file's own package still work. A file whose top-level name is
-another module's (``math.py``, ``code.py``, a second ``reward.py``) is loaded under a private
-prefix instead: under its own name it would be what every later ``import math`` in the process
-gets.
+another module's (``math.py``, ``code.py``), and a lone file that no import would find by its
+name (two ``reward.py`` in two folders), is loaded under a private prefix instead: under its
+own name it would be what every later ``import math`` in the process gets. Which name a file
+gets depends on ``sys.path`` alone, never on what the process has imported, so that a pool's
+fresh interpreter names it as its caller does (a value pickled by reference finds its class).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import traceback
 import types
@@ -77,7 +80,7 @@ def load_file(path: Path, spec: str | None = None) -> types.ModuleType:
         folder = folder.parent
     top = folder / parts[0] if len(parts) > 1 else path
     names = list(parts)
-    if _taken(parts[0], top):
+    if _private(parts[0], top, package=len(parts) > 1):
         names.insert(0, "_rewardhang_" + hashlib.sha256(str(top).encode()).hexdigest()[:12])
         if names[0] not in sys.modules:
             _namespace(names[0], None)
@@ -101,24 +104,24 @@ def load_file(path: Path, spec: str | None = None) -> types.ModuleType:
     return module
 
 
-def _taken(top: str, own: Path) -> bool:
-    """Whether the top-level name ``top`` is a module other than ``own`` (the file, or the
-    top package's folder): the standard library's, one imported, or one an import would find."""
-    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+def _private(top: str, own: Path, *, package: bool) -> bool:
+    """Whether the file is loaded under a private prefix: its top-level name ``top`` is a
+    standard module, or an import finds it elsewhere than ``own`` (the file, or its top
+    package's folder), or, for a lone file, nowhere. Asked of the import system's finders
+    directly: ``importlib.util.find_spec`` answers from ``sys.modules`` first."""
+    if not top.isidentifier() or top in sys.stdlib_module_names:
         return True
-    held = sys.modules.get(top)
-    if held is not None:
-        where = [getattr(held, "__file__", None), *(getattr(held, "__path__", None) or [])]
-    else:
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
         try:
-            found = importlib.util.find_spec(top)
-        except (ImportError, ValueError):  # a broken module of that name: still not ours
-            return True
-        if found is None:
-            return False
-        where = [found.origin, *(found.submodule_search_locations or [])]
-    ours = {str(own), str(own / "__init__.py")}
-    return not ours.intersection(str(place) for place in where if place)
+            found = find(top, None) if find is not None else None
+        except Exception:  # noqa: BLE001 - a finder's own failure: the next one answers
+            found = None
+        if found is not None:
+            places = [found.origin, *(found.submodule_search_locations or [])]
+            ours = {os.path.realpath(own), os.path.realpath(own / "__init__.py")}
+            return not ours.intersection(os.path.realpath(place) for place in places if place)
+    return not package
 
 
 def _namespace(name: str, folder: Path | None) -> None:

@@ -261,20 +261,17 @@ def test_save_writes_one_sorted_file_from_the_controller(
         (
             ["--reward-hang-calibration=fast"],
             "",
-            "ERROR: --reward-hang-calibration: expected a number of seconds from 0.0001, "
-            "got 'fast'",
+            "ERROR: --reward-hang-calibration: expected 0.0001 to 1000 seconds, got 'fast'",
         ),
         (
             [],
             "reward_hang_calibration = 5e-324",
-            "ERROR: reward_hang_calibration (ini): expected a number of seconds from 0.0001, "
-            "got '5e-324'",
+            "ERROR: reward_hang_calibration (ini): expected 0.0001 to 1000 seconds, got '5e-324'",
         ),
         (
             ["--reward-hang-calibration=2000"],
             "",
-            "ERROR: --reward-hang-calibration: expected a number of seconds from 0.0001 of at "
-            "most 1000, got '2000'",
+            "ERROR: --reward-hang-calibration: expected 0.0001 to 1000 seconds, got '2000'",
         ),
         (
             ["--reward-hang-compare"],
@@ -360,7 +357,7 @@ def test_load_refuses_files_that_are_not_baselines(tmp_path: Path) -> None:
     assert _baseline.load(FIXTURE)["scorers.spin"]["repetition"]["cpu_p95_s"] == 0.01
 
 
-CALIBRATION = "must be from 0.0001 to 1000 (seconds of the fixed workload)"
+CALIBRATION = "must be 0.0001 to 1000 seconds (of the fixed workload)"
 
 
 @pytest.mark.parametrize(

@@ -229,17 +229,28 @@ def test_changed_selects_scorers_whose_sources_or_imports_changed(
     result.stdout.fnmatch_lines(["collected 3 items / 2 deselected / 1 selected"])
 
 
-def test_a_change_that_touches_no_scorer_passes_and_the_configuration_touches_all(
-    repo: pytest.Pytester,
-) -> None:
-    root = repo.path
-    write(root / "docs.md", "words only\n")
+@XDIST
+def test_a_change_that_touches_no_scorer_passes(repo: pytest.Pytester, xdist: list[str]) -> None:
+    write(repo.path / "docs.md", "words only\n")
     # Exit 5 ("no tests ran") had turned every such pull request red.
-    result = repo.runpytest_subprocess(*FAST, "--reward-hang-changed", "-m", "reward_hang")
+    result = repo.runpytest_subprocess(*FAST, "--reward-hang-changed", "-m", "reward_hang", *xdist)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(
-        ["reward hang check: no scorer changed since HEAD (*): nothing to check"]
+        ["reward hang check: no registered scorer changed since HEAD: nothing to check"]
     )
+    # Only then: a -k past every changed scorer, or no scorer registered, still ran nothing,
+    # and the run says so by its exit.
+    write(repo.path / "rewards/plain.py", "def compute_score(s, g):\n    return 1.0\n")
+    result = repo.runpytest_subprocess(*FAST, "--reward-hang-changed", "-k", "math", *xdist)
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stdout.str()
+    (repo.path / "tox.ini").write_text("[pytest]\n")
+    git(repo.path, "commit", "-q", "-am", "no scorers")
+    result = repo.runpytest_subprocess(*FAST, "--reward-hang-changed", *xdist)
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stdout.str()
+
+
+def test_a_change_to_the_configuration_checks_every_scorer(repo: pytest.Pytester) -> None:
+    root = repo.path
     # The ini file (registrations, known hangs, limits) and the baseline check every scorer:
     # a pull request that listed a scorer's hang as known had checked none.
     everything = {"math.compute_score", "code.compute_score", "plain.compute_score"}

@@ -345,11 +345,11 @@ def test_what_a_scorer_raises_or_names_cannot_command_the_ci_log_or_the_terminal
 
 
 def test_repro_says_what_it_runs_and_refuses_a_file_it_cannot_read(tmp_path: Path) -> None:
-    def repro(case: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    def repro(case: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
         path = tmp_path / "case.json"
         path.write_text(json.dumps(case))
         return subprocess.run(
-            [sys.executable, "-m", "pytest_rewardhang", "repro", str(path)],
+            [sys.executable, "-m", "pytest_rewardhang", "repro", str(path), *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -376,6 +376,11 @@ def test_repro_says_what_it_runs_and_refuses_a_file_it_cannot_read(tmp_path: Pat
         assert "not a saved case" in line, done
     done = repro({key: value for key, value in case.items() if key != "spec"})
     assert done.stderr.endswith("not a saved case: it has no 'spec'\n"), done
+    # The command line's own mistake is said as one (0 had silently meant the saved deadline).
+    for deadline in ("0", "-1"):
+        done = repro(case, "--deadline", deadline)
+        assert done.returncode == 2, done
+        assert "repro: error: --deadline must be a positive number of seconds" in done.stderr
 
 
 def test_shown_breaks_a_command_behind_any_whitespace_the_runner_trims() -> None:

@@ -306,7 +306,7 @@ def test_nonsense_limits_are_refused() -> None:
 def test_a_fn_that_is_not_callable_is_refused_at_the_door() -> None:
     # A spec given to run (a Pool takes one) came back an ERROR from every call: with the
     # docs' `out.value if out.ok else 0.0`, every reward a silent 0.
-    hint = r": run takes a function; load_callable\(spec\) gives one$"
+    hint = r": give the function itself \(load_callable\(spec\) loads one\)$"
     with pytest.raises(TypeError, match=r"^fn must be callable, not str 'r/math.py:score'" + hint):
         run("r/math.py:score")  # type: ignore[arg-type]
     nonsense: Any = 3

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +20,12 @@ FRACTIONS = (
 
 @pytest.fixture
 def fresh_modules() -> Iterator[None]:
-    """What the test's loads register in ``sys.modules`` is gone after it."""
-    before = set(sys.modules)
+    """``sys.modules`` after the test as before it: what a load added or replaced is undone."""
+    before = dict(sys.modules)
     yield
-    for name in set(sys.modules) - before:
+    for name in set(sys.modules) - set(before):
         del sys.modules[name]
+    sys.modules.update(before)
 
 
 @pytest.mark.usefixtures("fresh_modules")
@@ -86,4 +86,45 @@ def test_a_pool_scores_a_file_named_like_a_standard_module(
         (out,) = pool.map([("x", "y")])
     assert out.status is Status.OK, out.error
     assert out.value == 0.5
-    assert math.gcd(4, 6) == 2
+
+
+@pytest.mark.usefixtures("no_leaks", "fresh_modules")
+def test_a_file_has_one_name_whatever_its_process_loaded_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The name had depended on what was imported: the caller, having loaded another reward.py
+    # first, named this one privately; the pool's fresh interpreter gave it the bare name, and
+    # the value it pickled by reference came back as an object of the other file's class.
+    for folder in ("p1", "p2"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "reward.py").write_text(
+            "class Val:\n    def __init__(self, x):\n        self.x = x\n\n"
+            "def score(x):\n    return Val(x)\n"
+        )
+    monkeypatch.chdir(tmp_path)
+    load_callable("p1/reward.py:score")
+    mine = load_callable("p2/reward.py:score")
+    with Pool("p2/reward.py:score", workers=1, budget=30.0, objects=True) as pool:
+        (out,) = pool.map([(7,)])
+    assert out.status is Status.OK, out.error
+    assert type(out.value) is mine.__globals__["Val"]
+
+
+@pytest.mark.usefixtures("fresh_modules")
+def test_a_package_on_a_symlinked_path_keeps_its_own_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its folder seen through a link had read as another module's: the private name sent the
+    # scorer's absolute import of its own package to the package's heavy __init__.py.
+    package = tmp_path / "proj" / "rewardpkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('the heavy __init__ ran')\n")
+    (package / "helpers.py").write_text("ANSWER = 42\n")
+    (package / "scorer.py").write_text(
+        "from rewardpkg.helpers import ANSWER\n\ndef score():\n    return ANSWER\n"
+    )
+    (tmp_path / "link").symlink_to(tmp_path / "proj")
+    monkeypatch.syspath_prepend(str(tmp_path / "link"))
+    score = load_callable(f"{package / 'scorer.py'}:score")
+    assert score() == 42
+    assert score.__module__ == "rewardpkg.scorer"
