@@ -61,7 +61,7 @@ class RewardHangSession:
             )
         self.baseline_notes: list[str] = []
         #: Scorers ``--reward-hang-changed`` left out (False) and kept (True); under xdist,
-        #: the controller takes a worker's (each collects them all).
+        #: the controller takes its workers' (each collects them all).
         self.by_change = {False: 0, True: 0}
         #: Said when ``--reward-hang-changed`` left nothing to run (the run then passes).
         self.unchanged = ""
@@ -302,8 +302,10 @@ class RewardHangSession:
 
     @pytest.hookimpl(optionalhook=True)  # pytest-xdist's, in the controller
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        left_out, kept = getattr(node, "workeroutput", {}).get(_BY_CHANGE, (0, 0))
-        self.by_change = {False: left_out, True: kept}
+        # Every worker collects every scorer: one that went down early (crashed) said nothing.
+        counts = getattr(node, "workeroutput", {}).get(_BY_CHANGE, (0, 0))
+        for touched, count in zip((False, True), counts, strict=True):
+            self.by_change[touched] = max(self.by_change[touched], count)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         for check in self.checks:
