@@ -128,3 +128,15 @@ def test_a_package_on_a_symlinked_path_keeps_its_own_name(
     score = load_callable(f"{package / 'scorer.py'}:score")
     assert score() == 42
     assert score.__module__ == "rewardpkg.scorer"
+
+
+@pytest.mark.usefixtures("fresh_modules")
+def test_a_file_whose_name_holds_a_dot_imports_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Asked whether "reward.v2" was another module's, the import system imported "reward".
+    (tmp_path / "reward.py").write_text("SIDE_EFFECT = True\n")
+    (tmp_path / "reward.v2.py").write_text("def score():\n    return 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert load_callable(f"{tmp_path / 'reward.v2.py'}:score")() == 2
+    assert "reward" not in sys.modules
