@@ -85,6 +85,7 @@ states. ``docs/ci.md`` is one too, in a git repository with the scorers it regis
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -1012,9 +1013,13 @@ class Walk:
     sequence, one directory for all of them, the current directory carried from block to block.
     """
 
-    def __init__(self, page: Page, base: Path) -> None:
+    def __init__(self, page: Page, base: Path, locks: Path) -> None:
         self.page = page
         self.base = base
+        #: Where a sequence page's lock is, shared by every xdist worker: each worker replays
+        #: the page's earlier blocks before its own, and two replays at once started the
+        #: page's servers on one port.
+        self.lock = locks / f"docs-{re.sub(r'[^A-Za-z0-9]+', '-', page.name)}.lock"
         self.results: dict[int, Ran] = {}
         self.done: set[int] = set()
         #: The block whose failure leaves a sequence in no state to go on.
@@ -1050,7 +1055,12 @@ class Walk:
             pytest.fail(f"an earlier block of the page failed: {self.failed}")
         block = self.page.blocks[position]
         try:
-            self._step(block, position)
+            if self.page.sequence:
+                with self.lock.open("a") as held:
+                    fcntl.flock(held, fcntl.LOCK_EX)  # let go when the file closes
+                    self._step(block, position)
+            else:
+                self._step(block, position)
         except BaseException:
             if self.page.sequence and self._changes_state(position):
                 self.failed = block.id
@@ -1231,8 +1241,9 @@ def scenario(how: Callable[[Path], Ran], base: Path) -> Ran:
 def walks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Walk]:
     made: dict[str, Walk] = {}
     root = tmp_path_factory.mktemp("docs")
+    shared = tmp_path_factory.getbasetemp().parent  # xdist: every worker's basetemp is below
     for index, (name, page) in enumerate(PARSED.items()):
-        made[name] = Walk(page, root / f"page-{index}")
+        made[name] = Walk(page, root / f"page-{index}", shared)
     return made
 
 
