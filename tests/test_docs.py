@@ -95,7 +95,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1013,13 +1013,15 @@ class Walk:
     sequence, one directory for all of them, the current directory carried from block to block.
     """
 
-    def __init__(self, page: Page, base: Path, locks: Path) -> None:
+    def __init__(self, page: Page, base: Path, locks: Path | None) -> None:
         self.page = page
         self.base = base
-        #: Where a sequence page's lock is, shared by every xdist worker: each worker replays
-        #: the page's earlier blocks before its own, and two replays at once started the
-        #: page's servers on one port.
-        self.lock = locks / f"docs-{re.sub(r'[^A-Za-z0-9]+', '-', page.name)}.lock"
+        #: A sequence page's lock, shared by every xdist worker (None: one process): each
+        #: worker replays the page's earlier blocks before its own, and two replays at once
+        #: started the page's servers on one port.
+        self.lock = None
+        if locks is not None and page.sequence:
+            self.lock = locks / f"docs-{re.sub(r'[^A-Za-z0-9]+', '-', page.name)}.lock"
         self.results: dict[int, Ran] = {}
         self.done: set[int] = set()
         #: The block whose failure leaves a sequence in no state to go on.
@@ -1055,11 +1057,7 @@ class Walk:
             pytest.fail(f"an earlier block of the page failed: {self.failed}")
         block = self.page.blocks[position]
         try:
-            if self.page.sequence:
-                with self.lock.open("a") as held:
-                    fcntl.flock(held, fcntl.LOCK_EX)  # let go when the file closes
-                    self._step(block, position)
-            else:
+            with self._alone():
                 self._step(block, position)
         except BaseException:
             if self.page.sequence and self._changes_state(position):
@@ -1067,6 +1065,16 @@ class Walk:
             raise
         finally:
             self.done.add(position)
+
+    @contextlib.contextmanager
+    def _alone(self) -> Iterator[None]:
+        """While no other xdist worker runs a block of this page (see ``lock``)."""
+        if self.lock is None:
+            yield
+            return
+        with self.lock.open("a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # let go when the file closes
+            yield
 
     def _changes_state(self, position: int) -> bool:
         block = self.page.blocks[position]
@@ -1241,7 +1249,9 @@ def scenario(how: Callable[[Path], Ran], base: Path) -> Ran:
 def walks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Walk]:
     made: dict[str, Walk] = {}
     root = tmp_path_factory.mktemp("docs")
-    shared = tmp_path_factory.getbasetemp().parent  # xdist: every worker's basetemp is below
+    # Under xdist, every worker's basetemp is in the run's own: the page locks go there.
+    xdist = "PYTEST_XDIST_WORKER" in os.environ
+    shared = tmp_path_factory.getbasetemp().parent if xdist else None
     for index, (name, page) in enumerate(PARSED.items()):
         made[name] = Walk(page, root / f"page-{index}", shared)
     return made

@@ -14,6 +14,7 @@ shows.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
@@ -32,7 +33,7 @@ from pytest_rewardhang.guard._outcome import Outcome, Status
 from pytest_rewardhang.guard._pool import Pool
 from pytest_rewardhang.guard._spec import SpecError, is_file_target, split_spec
 
-from . import _calls
+from . import _calls, _source
 from ._options import Settings
 from ._scorers import ScorerSpec
 from ._shown import first_line
@@ -149,6 +150,12 @@ class ScorerCheck:
         #: the scorer's further families are skipped with. Tried once (``_tried_trivial``).
         self.hangs_on_anything: tuple[str, str] | None = None
         self._tried_trivial = False
+
+    @functools.cached_property
+    def source(self) -> tuple[Path | None, int | None]:
+        """The scorer's file and ``def`` line, found without importing it (once: each item's
+        location, its annotations and its baseline's source hash read it)."""
+        return _source.locate(self.spec, self.rootdir)
 
     def families(self) -> list[str]:
         found = _cases.families(self.cases)

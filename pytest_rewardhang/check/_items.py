@@ -41,7 +41,10 @@ class RewardHangItem(pytest.Item):
     """The shared base: string failures, and locations at the scorer's own ``def``."""
 
     check: ScorerCheck
-    source: tuple[Path | None, int | None] = (None, None)
+
+    @property
+    def source(self) -> tuple[Path | None, int | None]:
+        return self.check.source
 
     def reportinfo(self) -> tuple[Path | str, int | None, str]:
         path, line = self.source

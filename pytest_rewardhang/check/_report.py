@@ -421,7 +421,7 @@ def item_record(
     # Where an annotation goes when no frame says better: a timeout, or a gate's verdict.
     gated = verdict.kind in (Kind.REGRESSED, Kind.NO_LONGER_HANGS) or check.scorer.expect_hang
     if gated or any(r.outcome.status is Status.TIMEOUT for r in results):
-        file, line = locate(check.scorer.spec, check.rootdir)
+        file, line = check.source
         if file is not None and line is not None:
             record["defined_at"] = [_relative(str(file), check.rootdir), line]
     if "known" in check.scorer.extra:
@@ -623,18 +623,15 @@ class Summary:
     def github(self, step_summary: str | None) -> list[str]:
         """``::error`` annotations at each stuck line, and the table for the step summary."""
         lines = []
+        regressions = {
+            (b["id"], b["family"]): "; ".join(b["comparison"]["regressions"])
+            for b in self.baselines
+            if b.get("comparison")
+        }
         for record in self.records:
             name = f"{record['id']}::{record['family']}"
             if record["verdict"] == Kind.REGRESSED:
-                why = next(
-                    (
-                        "; ".join(b["comparison"]["regressions"])
-                        for b in self.baselines
-                        if (b["id"], b["family"]) == (record["id"], record["family"])
-                        and b.get("comparison")
-                    ),
-                    "",
-                )
+                why = regressions.get((record["id"], record["family"]))
                 text = f"{name} regressed against the baseline" + (f": {why}" if why else "")
                 lines.append(_error("reward hang regressed", text, record.get("defined_at")))
             if record["verdict"] == Kind.NO_LONGER_HANGS:

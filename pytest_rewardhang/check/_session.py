@@ -14,7 +14,7 @@ import pytest
 from pytest_rewardhang.corpus import _cases
 from pytest_rewardhang.corpus._format import CorpusError
 
-from . import _baseline, _changed, _known, _scorers, _source
+from . import _baseline, _changed, _known, _scorers
 from ._checker import HARVESTED, IMPORT_BUDGET_S, SEARCH, ScorerCheck
 from ._items import FamilyItem, RewardHangItem, ScorerNode
 from ._options import Settings, as_dict
@@ -66,11 +66,18 @@ class RewardHangSession:
         #: Said when ``--reward-hang-changed`` left nothing to run (the run then passes).
         self.unchanged = ""
         self.changed_files: set[Path] | None = None
+        #: Whether the change touched what every scorer is checked by: the ini file
+        #: (registrations, known hangs, limits) or the baseline compared with.
+        self.configuration_changed = False
         if settings.changed_ref is not None:
             try:
                 self.changed_files = _changed.changed_files(settings.changed_ref, config.rootpath)
             except _changed.ChangedError as exc:
                 raise pytest.UsageError(f"--reward-hang-changed: {exc}") from None
+            configuration = (config.inipath, settings.compare_baseline)
+            self.configuration_changed = any(
+                path is not None and path.resolve() in self.changed_files for path in configuration
+            )
 
     def _json_target(self) -> Path | None:
         """Where the JSON report goes, checked now: a bad path found after the run loses it."""
@@ -155,7 +162,6 @@ class RewardHangSession:
             check = ScorerCheck(spec, self.settings, config.rootpath)
             self.checks.append(check)
             node = ScorerNode.from_parent(session, name=spec.id, nodeid=spec.id)
-            source = _source.locate(check.spec, config.rootpath)
             made: list[pytest.Item] = []
             for family in check.families():
                 item = FamilyItem.from_parent(
@@ -166,7 +172,6 @@ class RewardHangSession:
                     baseline=self.baseline,
                 )
                 item.check = check
-                item.source = source
                 item.known_hang = self.known.item(spec.id, family)
                 item.add_marker(pytest.mark.reward_hang)
                 # Cases, their fresh re-runs (or the baseline's replay) and the example, each up
@@ -180,21 +185,20 @@ class RewardHangSession:
             report = pytest.CollectReport(node.nodeid, "passed", None, list(made))
             config.hook.pytest_collectreport(report=report)
             if self.changed_files is not None:
-                touched = self._touched_by_change(check, source[0])
+                touched = self._touched_by_change(check)
                 self.by_change[touched] += 1
                 if not touched:
                     config.hook.pytest_deselected(items=made)
                     continue
             items += made
 
-    def _touched_by_change(self, check: ScorerCheck, source: Path | None) -> bool:
+    def _touched_by_change(self, check: ScorerCheck) -> bool:
         """Whether the scorer, its in-repo imports or its example changed since the ref, or
-        the configuration every scorer is checked by: the ini file (registrations, known
-        hangs, limits) or the baseline compared with."""
+        the configuration every scorer is checked by."""
         assert self.changed_files is not None
-        configuration = {self.config.inipath, self.settings.compare_baseline}
-        if any(path and path.resolve() in self.changed_files for path in configuration):
+        if self.configuration_changed:
             return True
+        source = check.source[0]
         if source is None:
             return False  # outside the repository: a pull request cannot change it
         watched = _changed.dependencies(source, self.config.rootpath)

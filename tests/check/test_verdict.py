@@ -179,6 +179,7 @@ class FakeCheck:
     style: str | None = "single"
     takes_truth: bool = True
     hangs_on_anything: tuple[str, str] | None = None
+    source: tuple[Path | None, int | None] = (None, None)  # its def, not to be found
 
 
 VERDICTS = {
