@@ -215,7 +215,10 @@ def test_what_an_item_changes_does_not_charge_the_next(
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     # Refused in the caller (a class is not plain data), but pickled in the worker all the same.
-    assert first.ok or kind == "reduce-changes-state", first.describe()
+    # The thread strikes 50 ms after its item: on a loaded machine, before the worker has sent
+    # that item's answer, and then the item that left it is the one that crashed.
+    crashed_itself = kind == "thread-kills-worker" and first.status is Status.CRASHED
+    assert first.ok or kind == "reduce-changes-state" or crashed_itself, first.describe()
     untouched = (
         here,
         0o022,
