@@ -133,10 +133,6 @@ _home: list[str] = []
 _keeper: list[tuple[int, bytes]] = []
 #: Groups killed whose members were still exiting when they were closed: removed later.
 _pending: list[str] = []
-#: This process's descriptors of groups (their ``cgroup.procs``) and of its keeper: a guarded
-#: process forked from it closes them all once it has joined its group (see
-#: :func:`close_inherited`).
-_open: set[int] = set()
 
 
 def _forget() -> None:  # a forked child makes a folder (and a keeper) of its own, if it needs one
@@ -414,27 +410,6 @@ def kill_strays() -> tuple[int, bool]:
     return len(killed), False
 
 
-def close_in_children(fd: int) -> None:
-    """Have every guarded process forked from now on close ``fd`` once it has joined its group
-    (a descriptor through which a call could move a process into another call's group)."""
-    _open.add(fd)
-
-
-def keep_in_children(fd: int) -> None:
-    """Undo :func:`close_in_children`, before ``fd`` is closed."""
-    _open.discard(fd)
-
-
-def close_inherited() -> None:
-    """In a guarded process just forked, once it has joined its group: close the descriptors of
-    its parent's groups, through which its call could move a process into another call's group,
-    and of its parent's keeper."""
-    for fd in list(_open):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _open.clear()
-
-
 def _below(line: str, where: str) -> bool:
     """Whether a ``/proc/PID/cgroup`` line names the group ``where`` or one below it."""
     return line == where or line.startswith(where + "/")
@@ -474,7 +449,6 @@ class Group:
             with contextlib.suppress(OSError):
                 os.rmdir(path)
             return None
-        _open.add(procs)
         return cls(path, procs)
 
     def join(self) -> bool:
@@ -584,7 +558,6 @@ class Group:
         A second call does nothing."""
         if self.procs < 0:
             return 0
-        _open.discard(self.procs)
         os.close(self.procs)
         self.procs = -1
         if not self.killed:

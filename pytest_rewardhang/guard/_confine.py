@@ -1,8 +1,9 @@
-"""What a forked call may reach besides its processes and memory: its temporary files, its
-shared memory, the network, and the caller itself.
+"""What a guarded process may reach besides its processes and memory: its temporary files,
+its shared memory and IPC, the network, and every other process.
 
-Made in the parent before the fork (a :class:`Plan`), entered by the child right after it has
-joined its cage and its limits (:mod:`._quota`), before the call:
+Made in the parent before the fork (a :class:`Plan`, part of the process's box: see
+:mod:`._box`), entered by the child once it holds nothing but its own descriptors, before the
+call:
 
 - a private ``/dev/shm`` where the caller may make a mount namespace (root): a tmpfs of the
   call's own there, gone with the call's last process, so nothing it leaves there outlives it
@@ -12,12 +13,20 @@ joined its cage and its limits (:mod:`._quota`), before the call:
   (nothing for the caller to make or remove: a folder made and removed on a disk shared with
   busy neighbours took up to 3 ms a call), else one made in the caller's temporary folder and
   removed after the call;
+- a private IPC namespace (root): SysV shared memory, semaphores and message queues of its
+  own, gone with it;
 - no network (``network=False``): a network namespace of its own, loopback only;
-- no privileges (``unprivileged=True``, a caller running as root): the call runs as
-  ``nobody`` (65534), without groups or capabilities, and ``PR_SET_NO_NEW_PRIVS`` keeps it
-  from gaining any back, so it cannot signal, trace or re-limit the caller, a pool's zygote or
-  other calls (all root's), nor write their ``/proc`` files. Opt-in: such a call can no longer
-  read files only root may read, nor make the cgroups a guard nested in it would use.
+- an identity of its own (``unprivileged=True``, a caller running as root): the call runs as a
+  uid no other guarded process holds while it runs (:class:`Uids`), without groups or
+  capabilities, and ``PR_SET_NO_NEW_PRIVS`` keeps it from gaining any back, so it cannot
+  signal, trace, read the memory of or re-limit the caller, a pool's zygote, its own worker
+  (isolated), other workers or other calls, nor write their ``/proc`` files. Opt-in: such a
+  call can no longer read files only root may read, nor make the cgroups a guard nested in it
+  would use.
+
+An isolating worker (``Pool(isolate=True)``) enters the mount and network namespaces once,
+and leaves the IPC namespace and the identity to each of its items (:meth:`Plan.item`): it
+stays root, out of its items' reach, and gives each item a uid of its own.
 
 What needs the kernel's permission (a namespace, the change of user) is probed once per
 process in a throwaway child: a child asked to enter what the probe allowed and that cannot is
@@ -34,22 +43,35 @@ import socket
 import stat
 import struct
 import tempfile
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 
-from . import _libc
+from . import _libc, _procfs
 from ._outcome import Confinement
 
 log = logging.getLogger("pytest_rewardhang.guard")
 
-#: The unprivileged user and group a root caller's calls run as (``unprivileged=True``).
-NOBODY = 65534
+#: The first uid handed to guarded processes (``unprivileged=True``): each process that forks
+#: guarded processes hands out uids from a block of its own, :data:`UID_BLOCK` uids at
+#: ``UID_BASE + UID_BLOCK * pid`` (its pid as ``/proc`` names it: two live processes never
+#: share one), so no two guarded processes of a machine's callers hold one uid at once. 2^31 up:
+#: above the ranges user databases and container tools hand out (systemd's dynamic users,
+#: ``/etc/subuid``'s 100000 up) and below the kernel's ``(uid_t) -1``.
+UID_BASE = 1 << 31
+#: The uids of one process's block: how many guarded processes it may run at once with an
+#: identity of their own. ``PID_MAX_LIMIT`` (2^22) blocks of 2^9 fill the 2^31 uids above
+#: :data:`UID_BASE`.
+UID_BLOCK = 1 << 9
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWIPC = 0x08000000
 _CLONE_NEWNET = 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_PRIVATE = 2, 4, 1 << 18
 _PR_SET_NO_NEW_PRIVS = 38
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
 _SHM = b"/dev/shm"
 _SHM_TMP = b"/dev/shm/tmp"
+#: What an isolating worker leaves to each item (see :meth:`Plan.item`).
+_PER_ITEM = frozenset({Confinement.PRIVATE_IPC, Confinement.UNPRIVILEGED})
 
 #: What each confinement needs when it is missing, said once in the warning.
 _MISSING = {
@@ -64,15 +86,64 @@ _MISSING = {
     Confinement.PRIVATE_SHM: (
         "what the call leaves in /dev/shm outlives it (a mount namespace needs root)"
     ),
+    Confinement.PRIVATE_IPC: (
+        "the SysV shared memory and queues the call makes outlive it and are seen by other "
+        "calls (an IPC namespace needs root)"
+    ),
     Confinement.NO_NETWORK: "network=False: the call has the network (no network namespace)",
     Confinement.UNPRIVILEGED: (
-        "unprivileged=True: the call runs as the caller's user (not root), who it can signal"
+        "unprivileged=True: the call runs as the caller's user (not root, or no uid of its "
+        "own was free), who it can signal, as can every other call"
     ),
 }
 #: What this process has warned is missing.
 _warned: set[Confinement] = set()
 #: What the kernel permits here: each of the namespaces, and the change of user (probed once).
 _permitted: dict[Confinement, bool] = {}
+
+
+class Uids:
+    """The uids this process hands to the guarded processes it forks, one each while it runs.
+
+    Process-wide, one owner: the module's :data:`uids`. A forked child has a block of its own
+    (its pid's), taken afresh the first time it asks; the lock too, as a thread of the parent's
+    may have held it at the fork. Handed out in turn, not lowest first: a uid given back is
+    taken again as late as can be, after whatever of its last holder was still exiting.
+    """
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.base = 0
+        self.taken: set[int] = set()
+        self.next = 0
+        self.lock = threading.Lock()
+
+    def take(self) -> int | None:
+        """A uid no process this one forked holds; None if the block is used up."""
+        if self.pid != os.getpid():
+            self.pid = os.getpid()
+            self.base = UID_BASE + UID_BLOCK * _procfs.own_pid()
+            self.taken = set()
+            self.lock = threading.Lock()
+        with self.lock:
+            for step in range(UID_BLOCK):
+                slot = (self.next + step) % UID_BLOCK
+                uid = self.base + slot
+                if slot not in self.taken and uid < (1 << 32) - 1:
+                    self.taken.add(slot)
+                    self.next = slot + 1
+                    return uid
+        return None
+
+    def give(self, uid: int) -> None:
+        """``uid``'s holder is gone: it may be handed out again."""
+        if self.pid == os.getpid():
+            with self.lock:
+                self.taken.discard(uid - self.base)
+
+
+#: This process's uids (see :class:`Uids`).
+uids = Uids()
 
 
 def _call(name: str, *args: object) -> bool:
@@ -93,6 +164,11 @@ def _private_shm(size_mb: float | None) -> bool:  # pragma: no cover - child onl
     )
 
 
+def _private_ipc() -> bool:  # pragma: no cover - child only
+    """An IPC namespace of the process's own."""
+    return _call("unshare", _CLONE_NEWIPC)
+
+
 def _no_network() -> bool:  # pragma: no cover - child only
     """A network namespace of the call's own, its loopback up: nothing but itself to reach."""
     if not _call("unshare", _CLONE_NEWNET):
@@ -104,16 +180,16 @@ def _no_network() -> bool:  # pragma: no cover - child only
     return True
 
 
-def _unprivileged() -> bool:  # pragma: no cover - child only
-    """``nobody``, without groups, capabilities (dropped with the uid) or a way back."""
+def _unprivileged(uid: int) -> bool:  # pragma: no cover - child only
+    """``uid``, without groups, capabilities (dropped with the uid) or a way back."""
     if not _call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0):
         return False
     os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
     # What root was permitted, a guard nested in the call is not: probed again there.
     _permitted.clear()
-    return os.geteuid() == NOBODY
+    return os.getresuid() == (uid, uid, uid) and os.getresgid() == (uid, uid, uid)
 
 
 def permitted(confinement: Confinement) -> bool:
@@ -130,15 +206,16 @@ def _probe(confinement: Confinement) -> bool:
         return False
     enter = {
         Confinement.PRIVATE_SHM: lambda: _private_shm(1),
+        Confinement.PRIVATE_IPC: _private_ipc,
         Confinement.NO_NETWORK: _no_network,
-        Confinement.UNPRIVILEGED: _unprivileged,
+        Confinement.UNPRIVILEGED: lambda: _unprivileged(UID_BASE - 1),
     }[confinement]
     return _libc.probe_in_child(enter)
 
 
 @dataclass
 class Plan:
-    """What one call enters after its fork, and what of it is removed after the call."""
+    """What one guarded process enters after its fork, and what of it is removed after it."""
 
     #: What applies (see :class:`Confinement`).
     applied: frozenset[Confinement]
@@ -147,61 +224,100 @@ class Plan:
     tmpdir: str | None
     #: The size of its private ``/dev/shm``, in MiB (None: the kernel's default).
     shm_mb: float | None = None
+    #: The uid it runs as (:attr:`Confinement.UNPRIVILEGED`), given back by :meth:`close`.
+    uid: int | None = None
+    #: An isolating worker's: the IPC namespace and the identity are its items' to enter
+    #: (:meth:`item`), not its own.
+    apart: bool = False
 
     @classmethod
-    def make(cls, memory_mb: float | None, network: bool, unprivileged: bool) -> Plan:
-        """Before the fork: what the call asked for that the kernel permits."""
-        asked = {Confinement.PRIVATE_SHM}
+    def make(
+        cls, memory_mb: float | None, network: bool, unprivileged: bool, apart: bool = False
+    ) -> Plan:
+        """Before the fork: what the call asked for that the kernel permits. ``apart``: an
+        isolating worker's (see :attr:`apart`)."""
+        asked = {Confinement.PRIVATE_SHM, Confinement.PRIVATE_IPC}
         if not network:
             asked.add(Confinement.NO_NETWORK)
         if unprivileged:
             asked.add(Confinement.UNPRIVILEGED)
         applied = {confinement for confinement in asked if permitted(confinement)}
+        uid = None
+        if Confinement.UNPRIVILEGED in applied and not apart:
+            uid = uids.take()
+            if uid is None:
+                applied.discard(Confinement.UNPRIVILEGED)
         tmpdir = None
         if Confinement.PRIVATE_SHM not in applied:  # else the child makes it in its tmpfs
-            tmpdir = _caller_tmpdir(Confinement.UNPRIVILEGED in applied)
+            tmpdir = _caller_tmpdir(Confinement.UNPRIVILEGED in applied, uid)
         if Confinement.PRIVATE_SHM in applied or tmpdir is not None:
             applied.add(Confinement.PRIVATE_TMP)
-        return cls(frozenset(applied), tmpdir, memory_mb)
+        return cls(frozenset(applied), tmpdir, memory_mb, uid, apart)
+
+    def item(self) -> Plan:
+        """In an isolating worker, before an item's fork: the item's own plan, its IPC
+        namespace and identity; the worker's temporary folder, where the worker made it (no
+        tmpfs of its own), handed to the item's uid. What its :meth:`close` gives back is the
+        uid alone."""
+        applied = self.applied & _PER_ITEM
+        uid = None
+        if Confinement.UNPRIVILEGED in applied:
+            uid = uids.take()
+            if uid is None:
+                applied -= {Confinement.UNPRIVILEGED}
+            elif self.tmpdir is not None:
+                try:
+                    os.chown(self.tmpdir, uid, uid)
+                except OSError:
+                    uids.give(uid)
+                    uid = None
+                    applied -= {Confinement.UNPRIVILEGED}
+        return replace(self, applied=applied, tmpdir=None, uid=uid, apart=False, shm_mb=None)
 
     def enter(self) -> bool:  # pragma: no cover - child only
-        """In the child, after it joined its cage and limits: False if one could not be
-        entered (then the call is not made)."""
+        """In the child, once it holds only its own descriptors: its namespaces (mount, IPC,
+        network), then its identity and no new privileges. False if one could not be entered
+        (then the call is not made)."""
         applied = self.applied
         try:
             if Confinement.PRIVATE_SHM in applied:
                 if not _private_shm(self.shm_mb):
                     return False
                 os.mkdir(_SHM_TMP)
-                os.chmod(_SHM_TMP, 0o1777)  # noqa: S103 - as /tmp: the call may drop to nobody
+                os.chmod(_SHM_TMP, 0o1777)  # noqa: S103 - as /tmp: the call may drop its uid
                 self.tmpdir = _SHM_TMP.decode()
             if self.tmpdir is not None:
                 os.environ["TMPDIR"] = self.tmpdir
                 tempfile.tempdir = self.tmpdir
+            if Confinement.PRIVATE_IPC in applied and not self.apart and not _private_ipc():
+                return False
             if Confinement.NO_NETWORK in applied and not _no_network():
                 return False
             # Last: the namespaces need the privileges this drops.
-            if Confinement.UNPRIVILEGED not in applied:
+            if self.uid is None:
                 return True
-            if not _unprivileged():
+            if not _unprivileged(self.uid):
                 return False
-            # A working directory nobody may read (a checkout in a 0700 folder) ended a pool's
-            # worker at its first look at it: the call starts in its own folder then.
+            # A working directory the uid may not read (a checkout in a 0700 folder) ended a
+            # pool's worker at its first look at it: the call starts in its own folder then.
             if not os.access(".", os.R_OK | os.X_OK):
-                os.chdir(self.tmpdir or "/")
+                os.chdir(os.environ.get("TMPDIR", "/"))
             return True
         except OSError:
             return False
 
     def close(self) -> None:
-        """After the call: remove its temporary folder, whatever it holds. A second call does
-        nothing."""
+        """After the call: remove its temporary folder, whatever it holds, and give its uid
+        back. A second call does nothing."""
         if self.tmpdir is not None:
             try:
                 os.rmdir(self.tmpdir)  # most calls leave it empty: a tenth of rmtree's cost
             except OSError:
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
             self.tmpdir = None
+        if self.uid is not None:
+            uids.give(self.uid)
+            self.uid = None
 
 
 #: What an item does in a watched folder that leaves something there (inotify's events): an
@@ -292,25 +408,27 @@ def _watch(folders: list[str]) -> int:  # pragma: no cover - pool worker only
     return fd
 
 
-def _caller_tmpdir(unprivileged: bool) -> str | None:
+def _caller_tmpdir(unprivileged: bool, uid: int | None) -> str | None:
     """A fresh folder in the caller's temporary folder, for a call without a tmpfs of its own;
-    ``nobody``'s, where the call drops to it. None if none can be made."""
+    where the call drops its uid, one that uid can reach, and ``uid``'s (an isolating worker's
+    is handed to each item's uid in turn). None if none can be made."""
     try:
         if not unprivileged:
             return tempfile.mkdtemp(prefix="rewardhang-call-")
         tmpdir = tempfile.mkdtemp(prefix="rewardhang-call-", dir=_reachable_tmp())
     except OSError:
         return None
-    try:
-        os.chown(tmpdir, NOBODY, NOBODY)
-    except OSError:
-        os.rmdir(tmpdir)
-        return None
+    if uid is not None:
+        try:
+            os.chown(tmpdir, uid, uid)
+        except OSError:
+            os.rmdir(tmpdir)
+            return None
     return tmpdir
 
 
 def _reachable_tmp() -> str:
-    """Where ``nobody`` can reach a folder of its own: the temporary folder, unless a folder
+    """Where another uid can reach a folder of its own: the temporary folder, unless a folder
     above it is closed to others (pytest's are), then ``/tmp``."""
     folder = tempfile.gettempdir()
     path = os.path.realpath(folder)

@@ -11,15 +11,13 @@ import contextlib
 import math
 import os
 import signal
-import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from ._answers import Answers
+from ._box import Confining
 from ._driver import CLOSED, Driver
-from ._fork import Confining
 from ._handle import DEAD, STARTING, Worker
 from ._interrupts import hold, let_in, release
 from ._launch import START_TIMEOUT_S, PoolError, Zygote
@@ -38,18 +36,6 @@ _MAX_POLL_MS = 1 << 30
 _DRAIN_AFTER_S = 0.05
 #: How long after a suspect ran alone the next one starts: see Engine._dispatch_suspect.
 _SETTLE_S = 0.1
-
-#: Every engine alive in this process, for the descriptors a closure's zygote must not keep.
-_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
-_ENGINES_LOCK = threading.Lock()
-
-
-def _reinit_after_fork() -> None:  # a parent's thread may have held it at the fork
-    global _ENGINES_LOCK
-    _ENGINES_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 class Engine(Driver):
@@ -71,9 +57,7 @@ class Engine(Driver):
         #: When, before an item's deadline, its stack is dumped: fixed per pool, read per poll.
         self.dump_lead = dump_lead(budget)
         self.size = workers
-        self.processes = Processes(
-            workers, memory_mb, warmup, self.watched, _inherited, isolate, confining
-        )
+        self.processes = Processes(workers, memory_mb, warmup, self.watched, isolate, confining)
         #: The workers by id: the processes' own dict, never replaced.
         self.workers = self.processes.workers
         #: Who gets which items, and whose are taken back: see _schedule.
@@ -93,8 +77,6 @@ class Engine(Driver):
         )
         #: Accounts for a worker's death, reported or presumed: see Processes.check.
         self._died = answers.died
-        with _ENGINES_LOCK:
-            _ENGINES.add(self)
 
     @property
     def zygote(self) -> Zygote | None:
@@ -104,11 +86,6 @@ class Engine(Driver):
     def start(self, fn: Callable[..., Any] | str) -> None:
         self.processes.start(fn)
         self._wait_ready()
-
-    def _descriptors(self) -> list[int]:
-        """The caller-side descriptors this pool holds now (read from other threads too)."""
-        found = [self.wake, *self.processes.descriptors()]
-        return [fd for fd in found if fd >= 0]
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -352,10 +329,3 @@ class Engine(Driver):
             return
         self.closed = True
         self.processes.stop()
-
-
-def _inherited() -> list[int]:
-    """Every pool's caller-side descriptors, which a zygote forked from the caller closes."""
-    with _ENGINES_LOCK:
-        engines = list(_ENGINES)
-    return [fd for engine in engines for fd in engine._descriptors()]

@@ -30,11 +30,12 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
-from . import _cgroup, _confine, _contain, _libc, _quota, _reap
+from . import _confine, _contain, _libc, _reap
+from ._box import Box, Confining
 from ._child import run_child
 from ._decode import died, output_text, run_answer, stack_text
 from ._interrupts import MASKED, sigmask
-from ._outcome import Confinement, Containment, Outcome, Status, answered, common_fields
+from ._outcome import Outcome, Status, answered, common_fields
 from ._wire import (
     CHUNK,
     DUMP_SIGNAL,
@@ -137,34 +138,6 @@ def run_forked(
             call.finish()
 
 
-class Confining:
-    """What a call asked to be confined by (see :class:`Confinement`): its limits, whether it
-    may use the network, whether a root caller's call drops to ``nobody``."""
-
-    def __init__(
-        self,
-        memory_mb: float | None,
-        max_processes: int | None = _quota.MAX_PROCESSES,
-        network: bool = True,
-        unprivileged: bool = False,
-    ) -> None:
-        self.memory_mb = memory_mb
-        self.max_processes = max_processes
-        self.network = network
-        self.unprivileged = unprivileged
-        asked = {Confinement.PRIVATE_TMP, Confinement.PRIVATE_SHM}
-        if memory_mb is not None:
-            asked.add(Confinement.MEMORY_MAX)
-        if max_processes is not None:
-            asked.add(Confinement.PIDS_MAX)
-        if not network:
-            asked.add(Confinement.NO_NETWORK)
-        if unprivileged:
-            asked.add(Confinement.UNPRIVILEGED)
-        #: Everything asked for: what did not apply is warned about once.
-        self.asked = frozenset(asked)
-
-
 class _Call:
     """One forked call, from its pipes to its reaping; each resource recorded as it is made."""
 
@@ -172,9 +145,9 @@ class _Call:
         self.budget = budget
         self.objects = objects
         self.confining = confining
-        #: The call's limits (:mod:`._quota`) and the rest of its confinement (:mod:`._confine`).
-        self.quota = _quota.Quota()
-        self.plan = _confine.Plan(frozenset(), None)
+        #: All the child may hold (:mod:`._box`): where the platform allows, a cgroup of its
+        #: own (or, opt-in, a PID namespace), its limits, folders, namespaces and identity.
+        self.box = Box()
         #: The OOM killer struck in the call's group: the call is ended at once.
         self.over_memory = False
         self.mask: list[set[int]] = []  # the caller's signal mask, once blocked
@@ -183,9 +156,6 @@ class _Call:
         self.pidfds: list[int] = []
         self.closed: dict[str, None] = {}
         self.reaped: list[tuple[int, int, resource.struct_rusage | None]] = []
-        #: Where the platform allows, the child joins a cgroup of its own, or (opt-in) is
-        #: forked into a PID namespace of its own; else the subreaper's.
-        self.cage = _contain.Cage(Containment.NONE)
         self.parent_pid = os.getpid()
         self.start_time = 0.0
         self.result = bytearray()
@@ -216,27 +186,18 @@ class _Call:
                 _keep(self.mask, sigmask, signal.SIG_BLOCK, MASKED)
             for _ in range(3):
                 _keep(self.pipes, os.pipe2, os.O_CLOEXEC)
-            self.cage = _contain.strategy().call()
-            asked = self.confining
-            self.quota = _quota.Quota.make(asked.memory_mb, asked.max_processes, self.cage.folder)
-            self.plan = _confine.Plan.make(asked.memory_mb, asked.network, asked.unprivileged)
+            self.box = Box.make(_contain.strategy().call(), self.confining)
             self.start_time = time.perf_counter()
             try:
                 _keep(self.forked, os.fork)
             finally:
                 if self.forked[:1] != [0]:
-                    self.cage.forked()
+                    self.box.forked()
             if self.forked[0] == 0:  # pragma: no cover - the child; reports through the pipes
-                if not (self.cage.enter() and self.quota.join()):
-                    os._exit(70)  # reported as a crash: never a call left uncontained
-                _cgroup.close_inherited()
-                if not self.plan.enter():
-                    os._exit(70)  # nor one left unconfined
+                (_, result_w), (_, output_w), (_, stack_w) = self.pipes
+                # Never a call left uncontained or unconfined: a crash, if it cannot be boxed.
+                self.box.enter((result_w, output_w, stack_w), self.parent_pid)
                 self._unblock()
-                (result_r, result_w), (output_r, output_w), (stack_r, stack_w) = self.pipes
-                os.close(result_r)
-                os.close(output_r)
-                os.close(stack_r)
                 run_child(fn, args, kwargs, memory_mb, self.parent_pid, result_w, output_w, stack_w)
             for i, (_, write) in enumerate(self.pipes):
                 _close_once(self.closed, f"w{i}", write)
@@ -266,10 +227,7 @@ class _Call:
         if self.forked and self.forked[0] > 0 and not self.reaped:
             # Interrupted, or an error in the caller: leave nothing running.
             self.reaped.append(self._kill_and_reap(_reap.REAP_WAIT_S))
-        until = time.monotonic() + _reap.REAP_WAIT_S
-        self.cage.close(until)
-        self.quota.close(until)
-        self.plan.close()
+        self.box.close(time.monotonic() + _reap.REAP_WAIT_S)
         for i, (read, write) in enumerate(self.pipes):
             _close_once(self.closed, f"r{i}", read)
             _close_once(self.closed, f"w{i}", write)
@@ -284,7 +242,7 @@ class _Call:
     def _kill_and_reap(self, timeout: float) -> tuple[int, int, resource.struct_rusage | None]:
         """Kill the child and all below it, and reap it within ``timeout``: the child first,
         the rest held still meanwhile (see :meth:`._contain.Cage.kill_and_reap`)."""
-        return self.cage.kill_and_reap(self.forked[0], self._pidfd(), timeout)
+        return self.box.cage.kill_and_reap(self.forked[0], self._pidfd(), timeout)
 
     def wait(self) -> Outcome:
         pid = self.forked[0]
@@ -316,11 +274,9 @@ class _Call:
             finally:
                 self._unblock()
         leaked, wait_status, usage = self.reaped[0]
-        oom_kills = self.quota.oom_kills()  # read before the cage's group goes
+        oom_kills = self.box.oom_kills()  # read before the cage's group goes
         # What escaped the child's subtree: its orphans.
-        leaked += self.cage.close(until)
-        self.quota.close(until)
-        self.plan.close()
+        leaked += self.box.close(until)
         self._drain()
         outcome = self._outcome(wall, timed_out, dumped, wait_status, usage, leaked)
         if oom_kills and outcome.status is not Status.MEMORY:
@@ -345,7 +301,7 @@ class _Call:
         pidfd = self._pidfd()
         if pidfd is not None:
             poller.register(pidfd, select.POLLIN)
-        alarm = self.quota.alarm
+        alarm = self.box.quota.alarm
         if alarm is not None:
             poller.register(alarm, select.POLLIN)
         while True:
@@ -437,8 +393,8 @@ class _Call:
             self.budget,
             _contain.containment(),
         )
-        common["containment"] = self.cage.containment  # the subreaper's, where its group failed
-        common["confined"] = confined = self.quota.applied | self.plan.applied
+        common["containment"] = self.box.cage.containment  # the subreaper's, where it failed
+        common["confined"] = confined = self.box.applied
         _confine.warn_missing(self.confining.asked, confined)
         if not timed_out and frame_complete(self.result):
             answer, child_leaked = run_answer(self.result, objects=self.objects)

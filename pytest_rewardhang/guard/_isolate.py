@@ -27,7 +27,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, NoReturn
 
-from . import _confine, _contain, _inherit
+from . import _inherit, _libc
+from ._box import Box
 from ._wire import DUMP_SIGNAL, RESULT_LIMIT, RETIRED, result_frame, result_payload, write_all
 from ._worker import _Dropped, _Serve, call_item
 
@@ -48,26 +49,16 @@ class Isolated(_Serve):  # pragma: no cover - worker only
         result_w: int,
         output_r: int,
         subreaper: bool,
-        cage: _contain.Cage,
+        box: Box,
         dropped: _Dropped,
         fence: mmap.mmap,
         stack_w: int,
-        scratch: _confine.Scratch | None = None,
-        oom_alarm: int | None = None,
     ) -> None:
-        super().__init__(
-            fn,
-            task_r,
-            result_w,
-            output_r,
-            subreaper,
-            cage,
-            dropped,
-            fence,
-            stack_w,
-            scratch,
-            oom_alarm,
-        )
+        # Kept for the items' boxes, which enter namespaces and identities through it: the
+        # warm worker's forgetting of it (see _Serve) is for items that run in the worker.
+        _libc.prepare()
+        self.libc = _libc.libc()
+        super().__init__(fn, task_r, result_w, output_r, subreaper, box, dropped, fence, stack_w)
         #: The child running the current item; 0 between items.
         self.child = 0
         #: What each child inherits from us, put back after each item (see ._inherit).
@@ -82,11 +73,13 @@ class Isolated(_Serve):  # pragma: no cover - worker only
                 os.kill(self.child, DUMP_SIGNAL)
 
     def _one(self, index: int, item: Any) -> None:
+        # The item's channel: the one pipe it hands its result on, which the worker relays as
+        # this item's answer alone; it never holds the worker's result pipe.
         handed_r, handed_w = os.pipe()
+        box = self.box.item()
         pid = os.fork()
         if pid == 0:
-            os.close(handed_r)
-            self._child(item, handed_w)
+            self._child(item, box, handed_w)
         os.close(handed_w)
         self.child = pid
         try:
@@ -97,6 +90,9 @@ class Isolated(_Serve):  # pragma: no cover - worker only
             _, status, usage = os.wait4(pid, 0)
         finally:
             self.child = 0
+            # Its uid given back: once reaped, what it left running is the worker's to kill
+            # below, before the next item's fork hands the uid out again (in turn: not soon).
+            box.close(time.monotonic())
         if handed is None or not os.WIFEXITED(status) or os.WEXITSTATUS(status):
             self.state.dirty = True  # what it left outside its subtree: the zygote's now
             self._leaked(True)
@@ -132,13 +128,21 @@ class Isolated(_Serve):  # pragma: no cover - worker only
         if leaving or self.fence[0] == index + 1:
             os._exit(RETIRED)
 
-    def _child(self, item: Any, handed_w: int) -> None:
+    def _child(self, item: Any, box: Box, handed_w: int) -> None:
         """Make the call, hand its result to the worker, end: nothing here returns."""
         code = 70
         try:
-            self.pid = os.getpid()
-            # Later items are the worker's: the child never reads them.
-            os.close(self.task_r)
+            worker, self.pid = self.pid, os.getpid()
+            # The worker's memory of the fence, which an item could write to retire its worker
+            # early or have the caller charge the next item, goes: only descriptors and the
+            # memory of its own are the item's.
+            self.fence.release()
+            self.fence_map.close()
+            _libc.adopt(self.libc)
+            # Its box: of the worker's descriptors it keeps its own channel (the handed pipe,
+            # the stack dump's, its output on 1 and 2 and their non-blocking twins) alone;
+            # its own IPC namespace and uid. The worker stays out of its reach.
+            box.enter((handed_w, self.stack_w, *self.dropped.fds), worker)
             faulthandler.register(DUMP_SIGNAL, file=self.stack_w, all_threads=True, chain=False)
             self.state.dirty = False
             start = time.perf_counter()

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import _cgroup, _contain, _quota, _treekill
-from ._fork import Confining
+from . import _contain, _quota, _treekill
+from ._box import UNBOXED, Box, Confining
 from ._interrupts import let_in
 from ._spec import SpecError, is_file_target, split_spec
 from ._wire import (
@@ -324,41 +324,37 @@ class Zygote:
         fn: Callable[..., Any],
         memory_mb: float | None,
         warmup: Warmup,
-        inherited: list[int],
         isolate: bool,
         confining: Confining | None = None,
     ) -> Zygote:
         """Fork a zygote from the caller, for a callable a fresh interpreter cannot import.
 
-        ``inherited`` are the caller's descriptors the zygote closes first (the pool's own).
-        Called with the signals held, as :meth:`start`.
+        In a box of its own (see ._box): of all the caller holds (other pools' pipes, other
+        threads' calls, the trainer's sockets and files), it keeps its socket alone. Called
+        with the signals held, as :meth:`start`.
         """
         parent = os.getpid()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        cage = _zygote_cage()
+        box = Box(_zygote_cage())
         tmpdir = _pool_tmpdir()
         try:
             pid = os.fork()
         except BaseException:
             ours.close()
             theirs.close()
-            cage.close(time.monotonic())
+            box.close(time.monotonic())
             _remove(tmpdir)
             raise
         if pid == 0:  # pragma: no cover - the zygote
             try:
-                cage.enter()
-                _cgroup.close_inherited()
-                for fd in [*inherited, ours.fileno()]:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+                box.enter((theirs.fileno(),))
                 if tmpdir is not None:
                     os.environ["TMPDIR"] = tempfile.tempdir = tmpdir
                 serve_forked(theirs, fn, memory_mb, parent, warmup, isolate, confining)
             finally:
-                os._exit(70)
+                os._exit(UNBOXED)
         theirs.close()
-        return cls(ours, pid, cage, tmpdir, forked=True)._started([], warmup)
+        return cls(ours, pid, box.cage, tmpdir, forked=True)._started([], warmup)
 
     def _started(self, config: list[bytes], warmup: Warmup) -> Zygote:
         """Hold its pidfd, send it ``config``, wait until it is ready; gone if any of it fails."""

@@ -5,32 +5,46 @@ whether a PID namespace can be started here and left again.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import sys
 from collections.abc import Callable
-from functools import cache
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-@cache
+#: The process's handle on the C library, once opened (see :func:`libc`).
+_handle: list[ctypes.CDLL | None] = []
+
+
 def _libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
+    """The C library, opened once (None off Linux), its functions looked up as they are used."""
+    if not _handle:
+        handle = None
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError):
+                handle = ctypes.CDLL(None, use_errno=True)
+        _handle.append(handle)
+    return _handle[0]
 
 
 #: The C library, for the calls this module does not wrap (:mod:`._confine`'s).
 libc = _libc
-#: Drop the handle (and the functions looked up on it): a pool's warm worker does, before its
-#: first item, so that no item finds them already looked up.
-forget = _libc.cache_clear
+
+
+def forget() -> None:
+    """Drop the handle (and the functions looked up on it): a pool's warm worker does, before
+    its first item, so that no item finds them already looked up."""
+    _handle.clear()
+
+
+def adopt(handle: ctypes.CDLL | None) -> None:
+    """Use ``handle``, its functions looked up already: an isolated item's process, whose
+    worker kept it (see ._isolate), sets itself up without opening the library again."""
+    _handle[:] = [handle]
 
 
 def prepare() -> None:

@@ -71,10 +71,16 @@ class Confinement(enum.StrEnum):
     PRIVATE_SHM = "private-shm"
     #: A network namespace of the call's own, loopback only (``network=False``).
     NO_NETWORK = "no-network"
-    #: A caller running as root ran the call as ``nobody``, without capabilities, groups or a
-    #: way back (``PR_SET_NO_NEW_PRIVS``): it cannot signal, trace or re-limit the caller
+    #: A caller running as root ran the call as a user of its own (a uid no other guarded
+    #: process holds while it runs: see docs/threat-model.md), without capabilities, groups or
+    #: a way back (``PR_SET_NO_NEW_PRIVS``): it cannot signal, trace, read or re-limit the
+    #: caller, a pool's zygote or workers, or any other guarded process
     #: (``unprivileged=True``).
     UNPRIVILEGED = "unprivileged"
+    #: An IPC namespace of the call's own (an isolated item's own, a warm worker's own): the
+    #: SysV shared memory, semaphores and message queues it makes are gone with it, and it
+    #: sees nobody else's.
+    PRIVATE_IPC = "private-ipc"
 
 
 #: No confinement applied: the in-process fallbacks, and a pool's items.

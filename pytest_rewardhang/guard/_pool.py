@@ -51,9 +51,9 @@ from types import TracebackType
 from typing import Any
 
 from . import _limits
+from ._box import Confining
 from ._driver import said
 from ._engine import Engine
-from ._fork import Confining
 from ._interrupts import hold, release
 from ._ledger import Item, arguments
 from ._outcome import Outcome

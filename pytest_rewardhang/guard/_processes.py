@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _confine, _libc, _procfs
-from ._fork import Confining
+from ._box import Confining
 from ._handle import DEAD, KILLED, STARTING, Watched, Worker
 from ._launch import PoolError, Zygote, import_target, warn_if_large, worker_pipes
 from ._spec import SpecError, load_callable
@@ -62,7 +62,6 @@ class Processes:
         memory_mb: float | None,
         warmup: Warmup,
         watched: Watched,
-        inherited: Callable[[], list[int]],
         isolate: bool = False,
         confining: Confining | None = None,
     ) -> None:
@@ -76,10 +75,6 @@ class Processes:
         #: Scored once in every zygote, before it forks a worker: see Pool.
         self.warmup = warmup
         self.watched = watched
-        #: Every caller-side descriptor of every pool: a zygote forked from the caller closes
-        #: them (an item of this pool could set another's pipes blocking, the flag being the
-        #: caller's file's too, and that pool's loop would then wait in a read).
-        self.inherited = inherited
         self.workers: dict[int, Worker] = {}
         self.next_wid = 0
         #: Workers to ask the zygote for at the loop's next turn (see respawn).
@@ -124,22 +119,11 @@ class Processes:
                 self.fn,
                 self.memory_mb,
                 self.warmup,
-                self.inherited(),
                 self.isolate,
                 self.confining,
             )
         self.watched.register(self.zygote.sock.fileno(), "zygote", None, select.POLLIN)
         self.watched.register(self.zygote.pidfd, "zygote", None, select.POLLIN)
-
-    def descriptors(self) -> list[int]:
-        """The caller-side descriptors of these processes now (read from other threads too)."""
-        found: list[int] = []
-        for worker in self.workers.copy().values():  # one C call: safe from another thread
-            found.extend(worker.fds.values())
-        zygote = self.zygote
-        if zygote is not None:
-            found += [zygote.sock.fileno(), zygote.pidfd]
-        return found
 
     def _spawn(self) -> None:
         assert self.zygote is not None

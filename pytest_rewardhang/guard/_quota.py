@@ -193,7 +193,6 @@ class Quota:
         except OSError:
             _cgroup.remove(path, 0.0)
             return False
-        _cgroup.close_in_children(procs)
         self.groups.append(path)
         self.procs.append(procs)
         if counter:
@@ -219,11 +218,9 @@ class Quota:
         """Remove the v1 groups once the call's processes have exited (later if they have not
         by ``until``, monotonic). A second call does nothing."""
         for procs in self.procs:
-            _cgroup.keep_in_children(procs)
             os.close(procs)
         self.procs.clear()
         if self.alarm is not None:
-            _cgroup.keep_in_children(self.alarm)
             os.close(self.alarm)
             self.alarm = None
         for path in self.groups:
@@ -265,7 +262,6 @@ def _oom_alarm(path: str, counter: str) -> int | None:
         watched = os.open(os.path.join(path, counter), os.O_RDONLY | os.O_CLOEXEC)
         try:  # the registration holds the file: our descriptor of it may go
             if _write(os.path.join(path, "cgroup.event_control"), b"%d %d" % (alarm, watched)):
-                _cgroup.close_in_children(alarm)
                 return alarm
         finally:
             os.close(watched)

@@ -24,8 +24,9 @@ from types import FrameType
 from typing import Any, ParamSpec, TypeVar, overload
 
 from . import _limits
+from ._box import Confining
 from ._child import awaited
-from ._fork import Confining, run_forked
+from ._fork import run_forked
 from ._outcome import Mechanism, Outcome, Status, raised
 from ._quota import MAX_PROCESSES
 

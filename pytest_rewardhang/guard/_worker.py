@@ -21,9 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _confine, _contain, _inherit, _libc, _procfs, _reap, _walkkill
+from . import _confine, _inherit, _libc, _procfs, _reap, _walkkill
+from ._box import Box
 from ._child import call, setup_child
-from ._outcome import UNREADABLE_ITEMS, NotStarted, Status
+from ._outcome import UNREADABLE_ITEMS, Confinement, NotStarted, Status
 from ._wire import (
     CHUNK,
     DUMP_SIGNAL,
@@ -52,15 +53,13 @@ def serve(
     fds: dict[str, int],
     memory_mb: float | None,
     subreaper: bool,
-    cage: _contain.Cage,
+    box: Box,
     serving: type[_Serve] | None = None,
-    scratch: _confine.Scratch | None = None,
-    oom_alarm: int | None = None,
 ) -> None:  # pragma: no cover - runs only in a worker; never returns
     """Serve items until the task pipe closes; ``serving`` says how each is run (the warm
-    :class:`_Serve` by default, or ``._isolate``'s). ``scratch``: the items' temporary
-    folders, emptied after each; ``oom_alarm``: an eventfd the kernel signals when its OOM
-    killer strikes in the worker's (v1) memory group."""
+    :class:`_Serve` by default, or ``._isolate``'s). ``box``: the worker's, entered already
+    (see ._box): its cage, its items' temporary folders (emptied after each), the OOM alarm of
+    its (v1) memory group."""
     code = 70
     try:
         setup_child(fds["output_w"], fds["stack_w"], memory_mb)
@@ -73,12 +72,10 @@ def serve(
             fds["result_w"],
             fds["output_r"],
             subreaper,
-            cage,
+            box,
             dropped,
             fence,
             fds["stack_w"],
-            scratch,
-            oom_alarm,
         ).loop()
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the caller sees the exit and reports the item
@@ -102,6 +99,7 @@ class _DroppingPipe(io.RawIOBase):  # pragma: no cover - worker only
         self.pipe = _identity(fd)
         self.fd = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         self.dropped = dropped
+        dropped.fds.append(self.fd)
 
     def writable(self) -> bool:
         return True
@@ -128,12 +126,14 @@ class _DroppingPipe(io.RawIOBase):  # pragma: no cover - worker only
 
 
 class _Dropped:  # pragma: no cover - worker only
-    """Bytes of output both :class:`_DroppingPipe` dropped since the last item's answer."""
+    """Bytes of output both :class:`_DroppingPipe` dropped since the last item's answer, and
+    their own descriptors (the output pipe opened again: part of the output channel)."""
 
-    __slots__ = ("count",)
+    __slots__ = ("count", "fds")
 
     def __init__(self) -> None:
         self.count = 0
+        self.fds: list[int] = []
 
 
 def _identity(fd: int) -> tuple[int, int]:  # pragma: no cover - worker only
@@ -426,16 +426,22 @@ class _Serve:  # pragma: no cover - worker only
         result_w: int,
         output_r: int,
         subreaper: bool,
-        cage: _contain.Cage,
+        box: Box,
         dropped: _Dropped,
         fence: mmap.mmap,
         stack_w: int,
-        scratch: _confine.Scratch | None = None,
-        oom_alarm: int | None = None,
     ) -> None:
         self.fn = fn
-        self.scratch = scratch
-        self.oom_alarm = -1 if oom_alarm is None else oom_alarm
+        #: The worker's box, entered already (see ._box).
+        self.box = box
+        plan = box.plan
+        #: Its items' temporary folders, emptied after each; None where it has none.
+        self.scratch: _confine.Scratch | None = None
+        if plan.tmpdir is not None:
+            shm = Confinement.PRIVATE_SHM in plan.applied
+            self.scratch = _confine.Scratch(plan.tmpdir, shm)
+        alarm = box.quota.alarm
+        self.oom_alarm = -1 if alarm is None else alarm
         #: Where faulthandler writes the stack dump the caller asks for.
         self.stack_w = stack_w
         self.dropped = dropped
@@ -448,14 +454,11 @@ class _Serve:  # pragma: no cover - worker only
         #: watch on its items' temporary folders. poll() is one system call that no audit hook
         #: sees (an ioctl is audited).
         self.after_poll = select.poll()
-        watch = -1 if scratch is None else scratch.watch
+        watch = -1 if self.scratch is None else self.scratch.watch
         for fd in (output_r, self.oom_alarm, watch):
             if fd >= 0:
                 self.after_poll.register(fd, select.POLLIN)
         self.subreaper = subreaper
-        #: What contains this worker (joined already): it kills what an item left outside
-        #: the worker's subtree, where it can.
-        self.cage = cage
         self.children_fd = -1
         #: The children list's file: an item may put another at its number (``dup2``), and
         #: /dev/null reads as a list of none.
@@ -484,6 +487,7 @@ class _Serve:  # pragma: no cover - worker only
         #: before it looks for that item's answer: see :meth:`_one`. Read as a native integer
         #: through a view, without a struct call.
         self.fence = memoryview(fence).cast("Q")
+        self.fence_map = fence
         # The guard's own handle on the C library, its functions looked up already, goes: an
         # item that calls C must load it (or look a function up) itself, which retires its
         # worker (see _BENEATH).
@@ -637,7 +641,7 @@ class _Serve:  # pragma: no cover - worker only
             leaked = _walkkill.kill_descendants(os.getpid()) + _reap.reap_children()
         if not escapable:
             return leaked, True
-        strays, cleared = self.cage.kill_strays()
+        strays, cleared = self.box.cage.kill_strays()
         return leaked + strays, cleared
 
     def _childless(self) -> bool:

@@ -29,11 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import _cgroup, _confine, _contain, _inherit, _libc, _procfs, _quota, _reap, _treekill
+from . import _box, _cgroup, _contain, _inherit, _libc, _procfs, _reap, _treekill
+from ._box import Box, Confining
 from ._child import call, null_stdin
-from ._fork import Confining
 from ._isolate import Isolated
-from ._outcome import Confinement, Status
+from ._outcome import Status
 from ._spec import SpecError, load_callable
 from ._wire import (
     EXITED,
@@ -75,7 +75,9 @@ def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote 
             config = sent.read()
     elif joins:
         _cgroup.join(GROUP_FD)
-    os.closerange(SOCKET_FD + 1, 1 << 16)  # fds a C library in the caller forgot to mark CLOEXEC
+    # Its box's descriptors step (see ._box): what a C library in the caller forgot to mark
+    # close-on-exec, the group's descriptor once joined.
+    _box.close_all_but((SOCKET_FD,))
     sock = socket.socket(fileno=SOCKET_FD)
     caller = os.getppid()
     caller_pidfd = os.pidfd_open(caller)
@@ -354,14 +356,12 @@ class _Zygote:  # pragma: no cover - zygote only
         #: Each item in a process of its own, forked from the worker: see Pool's ``isolate``.
         self.isolate = isolate
         self.workers: dict[int, tuple[int, int]] = {}
-        #: Each worker's cage: its cgroup, where cgroups contain the workers (see ._contain).
-        self.cages: dict[int, _contain.Cage] = {}
-        #: What confines each worker's items (see ._run.Confining): its limits, over all its
-        #: processes (see ._quota), and the rest (see ._confine); made once per worker, not per
-        #: item, so that a warm worker's item pays nothing for them.
+        #: What confines each worker's items (see ._box.Confining).
         self.confining = confining
-        self.quotas: dict[int, _quota.Quota] = {}
-        self.plans: dict[int, _confine.Plan] = {}
+        #: Each worker's box (see ._box): its cage, its limits over all its processes, its
+        #: folders, namespaces and identity; made once per worker, not per item, so that a
+        #: warm worker's item pays nothing for them.
+        self.boxes: dict[int, Box] = {}
         #: A worker's OOM alarm (v1 memory groups), by its fd: the worker is ended at once.
         self.by_alarm: dict[int, int] = {}
         self.by_pidfd: dict[int, int] = {}
@@ -436,26 +436,28 @@ class _Zygote:  # pragma: no cover - zygote only
         for wid in kills:
             with contextlib.suppress(OSError):
                 self.sock.send(MSG_KILLED + WID.pack(wid))
-            if wid in self.cages and wid not in self.killed and self.cages[wid].freeze():
+            if wid in self.boxes and wid not in self.killed and self.boxes[wid].cage.freeze():
                 frozen.append(wid)
             else:  # nothing to freeze: its kill stops the tree first thing anyway
                 self.kill(wid)
-        for n, (wid, fds) in enumerate(forks):
-            # The later orders' pipes are open here already: not the business of this worker
-            # (an item writing garbage on every pipe it holds would hit its neighbour's).
-            self.fork(wid, fds, [fd for _, later in forks[n + 1 :] for fd in later])
+        for wid, fds in forks:
+            self.fork(wid, fds)
         for wid in frozen:
             self.kill(wid)
         return True
 
-    def fork(self, wid: int, fds: list[int], others: list[int]) -> None:
-        """Fork worker ``wid`` on pipes ``fds``; ``others``: descriptors it must not hold."""
+    def fork(self, wid: int, fds: list[int]) -> None:
+        """Fork worker ``wid`` on pipes ``fds`` (by PIPE_ROLES), in a box of its own: of all
+        the zygote holds (its socket, other workers' pipes and pidfds), it keeps those alone."""
         if not _inherit.put_back(self.inherited):
             # Every worker would inherit what an item lowered: the caller starts a new zygote.
             os._exit(1)
         parent = os.getpid()
-        cage = self.strategy.worker()
-        quota, plan = self._confinement(cage)
+        # An isolating worker is one task more than its items may start, and leaves the IPC
+        # namespace and the identity to each of them: it stays out of their reach.
+        box = Box.make(
+            self.strategy.worker(), self.confining, beside=int(self.isolate), apart=self.isolate
+        )
         pid = os.fork()
         if pid == 0:
             try:
@@ -463,81 +465,47 @@ class _Zygote:  # pragma: no cover - zygote only
                 # killed it) is not told, and one stopped meanwhile (a tree kill's SIGSTOP)
                 # would stay stopped for good, a child of init.
                 subreaper = _libc.become_subreaper(parent)
-                if not (cage.enter() and quota.join()):
-                    os._exit(70)  # the caller sees a worker that died at once
-                os.close(self.sock.fileno())
-                os.close(self.caller_pidfd)
-                for fd in others:
-                    os.close(fd)
-                for pidfd in self.by_pidfd:
-                    os.close(pidfd)
-                if quota.alarm is not None:
-                    _cgroup.keep_in_children(quota.alarm)  # its own: see Scratch's use of it
-                _cgroup.close_inherited()
+                alarm = box.quota.alarm
+                keep = [*fds, *([] if alarm is None else [alarm])]
+                # The import comes after the descriptors are closed (it is the scorer's code)
+                # and before the namespaces and the identity (it may need root's files, the
+                # network), as does the rest of the worker's setting up.
+                fn = box.enter(keep, parent, self.load or (lambda: self.fn))
                 os.setsid()
                 pipes = dict(zip(PIPE_ROLES, fds, strict=True))
                 serving = Isolated if self.isolate else None
-                fn = self.fn if self.load is None else self.load()
-                assert fn is not None
-                # After the import (it may need what an item may not have: root's files, the
-                # network), before any item.
-                if not plan.enter():
-                    os._exit(70)  # never a worker left unconfined
-                scratch = None
-                if plan.tmpdir is not None:
-                    shm = Confinement.PRIVATE_SHM in plan.applied
-                    scratch = _confine.Scratch(plan.tmpdir, shm)
-                serve(fn, pipes, self.memory_mb, subreaper, cage, serving, scratch, quota.alarm)
+                serve(fn, pipes, self.memory_mb, subreaper, box, serving)
             finally:
-                os._exit(70)
+                os._exit(_box.UNBOXED)
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
         self.workers[wid] = (pid, pidfd)
-        self.cages[wid] = cage
-        self.quotas[wid] = quota
-        self.plans[wid] = plan
+        self.boxes[wid] = box
         self.by_pidfd[pidfd] = wid
         self.poller.register(pidfd, select.POLLIN)
-        if quota.alarm is not None:
-            self.by_alarm[quota.alarm] = wid
-            self.poller.register(quota.alarm, select.POLLIN)
-        bits = confinement_bits(quota.applied | plan.applied)
+        if box.quota.alarm is not None:
+            self.by_alarm[box.quota.alarm] = wid
+            self.poller.register(box.quota.alarm, select.POLLIN)
+        bits = confinement_bits(box.applied)
         socket.send_fds(self.sock, [MSG_FORKED + SPAWNED.pack(wid, pid, bits)], [pidfd])
-
-    def _confinement(self, cage: _contain.Cage) -> tuple[_quota.Quota, _confine.Plan]:
-        """A new worker's limits, in its cage's group (or v1 groups of its own), and the rest
-        of its items' confinement; nothing where the pool asked for none."""
-        asked = self.confining
-        if asked is None:
-            return _quota.Quota(), _confine.Plan(frozenset(), None)
-        # Its items' processes may number max_processes; an isolating worker is one more.
-        tasks = asked.max_processes
-        if tasks is not None and self.isolate:
-            tasks += 1
-        quota = _quota.Quota.make(asked.memory_mb, tasks, cage.folder)
-        plan = _confine.Plan.make(asked.memory_mb, asked.network, asked.unprivileged)
-        return quota, plan
 
     def kill(self, wid: int) -> None:
         """Kill a worker's tree, if it is still there; it is reaped when its pidfd fires."""
         if wid in self.workers and wid not in self.killed:
             pid, pidfd = self.workers[wid]
-            self.killed[wid] = self.cages[wid].kill(pid, pidfd)
+            self.killed[wid] = self.boxes[wid].cage.kill(pid, pidfd)
 
     def reap(self, wid: int, leaked: int) -> None:
         """Reap a dead worker and what it left running; tell the caller."""
-        cage = self.cages.pop(wid)
         pid = self._forget(wid)
+        box = self.boxes.pop(wid)
         status, usage = _reap.reap(pid)
         cpu, rss = float("nan"), 0.0
         if usage is not None:
             cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
-        quota = self.quotas.pop(wid)
-        oom_kills = quota.oom_kills()  # read before its group goes with the cage's
-        leaked += cage.close_reaped(self)
-        quota.close(time.monotonic())  # removed later if still exiting
-        self.plans.pop(wid).close()
+        oom_kills = box.oom_kills()  # read before its group goes
+        leaked += box.close(time.monotonic(), strays=self)  # removed later if still exiting
         with contextlib.suppress(OSError):
             self.sock.send(MSG_REAPED + EXITED.pack(wid, status, cpu, rss, leaked, oom_kills))
 
@@ -559,18 +527,14 @@ class _Zygote:  # pragma: no cover - zygote only
 
     def shutdown(self) -> None:
         """Kill and reap every worker and all below them; the caller is gone or not listening."""
-        for cage in self.cages.values():  # first: nothing below any worker runs on meanwhile
-            cage.kill_others()
+        for box in self.boxes.values():  # first: nothing below any worker runs on meanwhile
+            box.cage.kill_others()
         for wid, (pid, pidfd) in list(self.workers.items()):
             _treekill.kill_and_reap(pid, pidfd)
             self._forget(wid)
         until = time.monotonic() + _reap.REAP_WAIT_S
-        for cage in self.cages.values():
-            cage.close(until)
-        for quota in self.quotas.values():
-            quota.close(until)
-        for plan in self.plans.values():
-            plan.close()
+        for box in self.boxes.values():
+            box.close(until)
         self.sweep()
         self.namespace.close()
         if os.path.basename(_tmpdir[0]).startswith(TMPDIR_PREFIX):
@@ -582,7 +546,7 @@ class _Zygote:  # pragma: no cover - zygote only
         del self.by_pidfd[pidfd]
         self.poller.unregister(pidfd)
         os.close(pidfd)
-        alarm = self.quotas[wid].alarm if wid in self.quotas else None
+        alarm = self.boxes[wid].quota.alarm if wid in self.boxes else None
         if alarm is not None and self.by_alarm.pop(alarm, None) is not None:
             self.poller.unregister(alarm)
         return pid
