@@ -470,7 +470,7 @@ class _Zygote:  # pragma: no cover - zygote only
                 # The import comes after the descriptors are closed (it is the scorer's code)
                 # and before the namespaces and the identity (it may need root's files, the
                 # network), as does the rest of the worker's setting up.
-                fn = box.enter(keep, parent, self.load or (lambda: self.fn))
+                fn = box.enter(keep, parent, self.scorer)
                 os.setsid()
                 pipes = dict(zip(PIPE_ROLES, fds, strict=True))
                 serving = Isolated if self.isolate else None
@@ -489,6 +489,12 @@ class _Zygote:  # pragma: no cover - zygote only
             self.poller.register(box.quota.alarm, select.POLLIN)
         bits = confinement_bits(box.applied)
         socket.send_fds(self.sock, [MSG_FORKED + SPAWNED.pack(wid, pid, bits)], [pidfd])
+
+    def scorer(self) -> Callable[..., Any]:
+        """In a new worker: the scorer, imported now where each worker imports it."""
+        fn = self.fn if self.load is None else self.load()
+        assert fn is not None
+        return fn
 
     def kill(self, wid: int) -> None:
         """Kill a worker's tree, if it is still there; it is reaped when its pidfd fires."""
