@@ -5,6 +5,7 @@ the standard library only, so that its fresh interpreter imports no pytest to se
 from __future__ import annotations
 
 import builtins
+import contextlib
 import ctypes
 import errno
 import faulthandler
@@ -18,6 +19,7 @@ import tempfile
 import threading
 import time
 import types
+from pathlib import Path
 from typing import Any
 
 from pytest_rewardhang.guard._wire import MAGIC, RESULT, result_frame
@@ -56,6 +58,7 @@ def damages_its_descriptors(how: str) -> Any:
 def limits_its_zygote(what: str) -> Any:
     """``lower``: lower the limits of the process that forked this one (the zygote, or an
     isolating worker), renice, re-pin and idle it from outside (as any process of its user may),
+    and (as root) slacken its timers,
     then end this process, so that the next item runs in one forked after it;
     ``lower-and-return``: the same, then return; ``idle``: only ``SCHED_IDLE``, which it can
     undo, then return. Anything else: what this process inherited."""
@@ -69,12 +72,16 @@ def limits_its_zygote(what: str) -> Any:
         os.setpriority(os.PRIO_PROCESS, parent, 19)
         os.sched_setaffinity(parent, {min(os.sched_getaffinity(0))})
         os.sched_setscheduler(parent, os.SCHED_IDLE, os.sched_param(0))
+        with contextlib.suppress(PermissionError):  # root's alone to write: 0.5 s late sleeps
+            Path(f"/proc/{parent}/timerslack_ns").write_text("500000000")
         if what == "lower":
             os._exit(1)
         return "lowered"
     limits = [resource.getrlimit(r) for r in (resource.RLIMIT_NOFILE, resource.RLIMIT_AS)]
     policy = os.sched_getscheduler(0)
-    return limits, os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)), policy
+    slack = Path("/proc/self/timerslack_ns").read_text()
+    cpus = sorted(os.sched_getaffinity(0))
+    return limits, os.getpriority(os.PRIO_PROCESS, 0), cpus, policy, slack
 
 
 def kills_its_zygote_or_not(item: str) -> str:
