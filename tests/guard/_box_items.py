@@ -137,4 +137,5 @@ def fence_mapped() -> bool:
 
 def item(what: str, *args: Any) -> Any:
     """One pool serving both: ``item("act_on", pids)``, ``item("wait_beside", pidfile, until)``."""
-    return {"act_on": act_on, "wait_beside": wait_beside}[what](*args)
+    chosen: Any = {"act_on": act_on, "wait_beside": wait_beside}[what]
+    return chosen(*args)
