@@ -58,7 +58,8 @@ def run(
     a network namespace of its own, loopback only; ``unprivileged=True`` runs a root caller's
     call as a uid no other guarded process holds, without capabilities. ``Outcome.confined``
     says what applied; each call also has a temporary folder (``TMPDIR``) and, where root, a
-    ``/dev/shm`` and SysV IPC of its own, removed after it. Where one asked for cannot apply, one warning is logged.
+    ``/dev/shm`` and SysV IPC of its own, removed after it. Where one asked for cannot apply,
+    one warning is logged.
     Raises only for its own arguments (``fn`` not callable, a nonsense option), never for
     anything the call does: the :class:`Outcome` says what happened, and control comes back
     within about ``budget`` plus 0.1 s whatever the call does, plus the time its processes
