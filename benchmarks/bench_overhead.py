@@ -399,7 +399,8 @@ TIMELINE = (
     ("_fork", "_Call", "_wait_until", "caller: waits for the answer and the exit (`poll`)"),
     ("_contain", "_GroupCage", "enter", "child: joins its cgroup"),
     ("_quota", "Quota", "join", "child: joins its pids group"),
-    ("_confine", "Plan", "enter", "child: its mount namespace (private `/dev/shm`, TMPDIR)"),
+    ("_box", "", "close_all_but", "child: every descriptor but its channel's closed"),
+    ("_confine", "Plan", "enter", "child: its mount and IPC namespaces (`/dev/shm`, TMPDIR)"),
     ("_child", "", "_redirect_stdio", "child: stdio onto the output pipe (three file objects)"),
     ("_child", "", "setup_child", "child: stdio and the stack dump armed (faulthandler)"),
     ("_child", "", "call", "child: the call"),
@@ -418,9 +419,9 @@ def stamped(folder: str) -> Iterator[list[tuple[str, float, float]]]:
     clock for all processes) into the list yielded, in the caller; each child writes its own
     to ``folder`` as it writes its answer (its last step before ``_exit``). Patched here, for
     the measurement only: each stamp costs a few µs of its own."""
-    from pytest_rewardhang.guard import _child, _confine, _contain, _fork, _quota, _reap
+    from pytest_rewardhang.guard import _box, _child, _confine, _contain, _fork, _quota, _reap
 
-    guard = (_child, _confine, _contain, _fork, _quota, _reap)
+    guard = (_box, _child, _confine, _contain, _fork, _quota, _reap)
     modules = {module.__name__.rpartition(".")[2]: module for module in guard}
     modules["os"] = os
     stamps: list[tuple[str, float, float]] = []
