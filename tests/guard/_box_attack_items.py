@@ -1,0 +1,274 @@
+"""What the box attacks run inside guarded processes: hostile calls trying to reach past their
+box. Standard library only, so a test pool's zygote imports no pytest to serve them."""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+#: Every folder a process of no group may write on a usual Linux (world-writable, sticky):
+#: none is the call's own, and each outlives it.
+SHARED_FOLDERS = ("/tmp", "/var/tmp", "/run/lock")  # noqa: S108 - the attack's point
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def leave(name: str, text: str) -> list[str]:
+    """Leave ``text`` in a file ``name`` in every shared folder this process may write, for
+    anyone to read; the paths left."""
+    left = []
+    for folder in SHARED_FOLDERS:
+        path = os.path.join(folder, name)
+        with contextlib.suppress(OSError):
+            Path(path).write_text(text)
+            os.chmod(path, 0o666)  # noqa: S103 - for the next item to read
+            left.append(path)
+    return left
+
+
+def find(name: str) -> dict[str, str]:
+    """What an earlier call left under ``name`` in the shared folders, by path."""
+    found = {}
+    for folder in SHARED_FOLDERS:
+        with contextlib.suppress(OSError):
+            found[folder] = Path(folder, name).read_text()
+    return found
+
+
+def identity() -> tuple[int, int]:
+    """This process's pid and uid."""
+    return os.getpid(), os.getuid()
+
+
+# --- two items meeting through a socket in a shared folder, descriptors passed --------------
+
+
+def hand_over_channel(path: str, wait_s: float) -> str:
+    """Listen on a unix socket at ``path`` (a shared folder, outside any network namespace) and
+    hand the first caller this item's own descriptors: its result channel, output and stack
+    pipes (SCM_RIGHTS); then wait, as a slow item, while the other uses them."""
+    fds = [fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 0]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        os.chmod(path, 0o777)  # noqa: S103 - for the other uid
+        server.listen(1)
+        server.settimeout(wait_s)
+        conn, _ = server.accept()
+        with conn:
+            fine = [fd for fd in fds if _open(fd)]
+            socket.send_fds(conn, [b"%d" % len(fine)], fine)
+            conn.recv(1)  # until the other is done with them
+    time.sleep(1.0)
+    return "honest answer"
+
+
+def _open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def take_channel(path: str, wait_s: float) -> list[str]:
+    """Connect to :func:`hand_over_channel`'s socket; what descriptors came over (their
+    targets): another item's, held here."""
+    end = time.monotonic() + wait_s
+    while not os.path.exists(path):
+        if time.monotonic() > end:
+            return []
+        time.sleep(0.01)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        _, fds, _, _ = socket.recv_fds(conn, 64, 16)
+        got = [os.readlink(f"/proc/self/fd/{fd}") for fd in fds]
+        for fd in fds:
+            os.close(fd)
+        conn.send(b"!")
+    return got
+
+
+# --- a process that outlives its call, waiting for its uid to come back ---------------------
+
+
+def leave_a_watcher(uid_file: str, seen_file: str, wait_s: float) -> int:
+    """Turn off this process's subreaper (``prctl``), double-fork, and leave a process that
+    outlives the call: it waits (``wait_s`` at most) for another process of its own uid to
+    appear, records it, and sends it SIGKILL. This call's uid, which it returns."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    uid = os.getuid()
+    Path(uid_file).write_text(str(uid))
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the leaver
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                _watch_for(uid, seen_file, wait_s)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    return uid
+
+
+def _watch_for(uid: int, seen_file: str, wait_s: float) -> None:  # pragma: no cover - leftover
+    me = os.getpid()
+    for fd in range(3):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    end = time.monotonic() + wait_s
+    # First the call that left it ends (it holds the uid too): then every process of the uid
+    # that comes is someone else's.
+    ours = set(_of_uid(uid, me))
+    while ours and time.monotonic() < end:
+        ours &= set(_of_uid(uid, me))
+        time.sleep(0.005)
+    while time.monotonic() < end:
+        for pid in _of_uid(uid, me):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                Path(seen_file).write_text(str(pid))
+                return
+        time.sleep(0.002)
+
+
+def _of_uid(uid: int, me: int) -> list[int]:  # pragma: no cover - leftover
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != me:
+            with contextlib.suppress(OSError):
+                if _uid_of(name) == uid:
+                    found.append(int(name))
+    return found
+
+
+def _uid_of(pid: str) -> int:  # pragma: no cover - leftover
+    """``pid``'s real uid (its ``/proc`` folder is root's once it changed uid: not dumpable)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    return -1
+
+
+def wait_and_answer(seconds: float) -> str:
+    """An honest call that takes ``seconds``."""
+    time.sleep(seconds)
+    return "answered"
+
+
+def channel_fds() -> array.array[int]:
+    """This process's descriptors (a probe for the tests)."""
+    return array.array("i", sorted(map(int, os.listdir("/proc/self/fd"))))
+
+
+def wait_and_answer_uid(seconds: float) -> int:
+    """Wait ``seconds`` (holding its uid meanwhile, as a slow call does); the uid it ran as."""
+    time.sleep(seconds)
+    return os.getuid()
+
+
+def leave_or_find(what: str, name: str) -> object:
+    """One pool serving both: ``("leave", name)``, ``("find", name)``."""
+    return leave(name, "the expected output is 42") if what == "leave" else find(name)
+
+
+def report_uid_and_wait(path: str, until: str, wait_s: float) -> int:
+    """Write this process's uid to ``path``, then wait until ``until`` exists (``wait_s`` at
+    most): one of many calls alive at once."""
+    Path(path + ".tmp").write_text(str(os.getuid()))
+    os.rename(path + ".tmp", path)
+    end = time.monotonic() + wait_s
+    while not os.path.exists(until) and time.monotonic() < end:
+        time.sleep(0.05)
+    return os.getuid()
+
+
+def uid_reuse(shared: str) -> dict[str, object]:
+    """The whole attack, in a fresh caller (whose containment its environment chose): a call
+    leaves a process that waits for its uid to come back (:func:`leave_a_watcher`); the calls
+    after it go one after another until the one given that uid again, an honest call that
+    takes a second. What each came to."""
+    from pytest_rewardhang.guard import _confine, run
+
+    seen = os.path.join(shared, "seen")
+    out = run(
+        leave_a_watcher, (os.path.join(shared, "uid"), seen, 120.0), budget=30.0, unprivileged=True
+    )
+    came: dict[str, object] = {"leaver": out.value, "containment": out.containment.value}
+    if out.value is None:
+        return came
+    slot = (out.value - _confine.UID_BASE) % _confine.UID_BLOCK
+    before = out.value - slot + (slot - 1) % _confine.UID_BLOCK
+    for _ in range(_confine.UID_BLOCK + 8):
+        if run(os.getuid, budget=30.0, unprivileged=True).value == before:
+            break
+    victim = run(wait_and_answer_uid, (2.0,), budget=30.0, unprivileged=True)
+    came.update(victim=victim.status.value, victim_uid=victim.value, seen=os.path.exists(seen))
+    time.sleep(0.2)
+    left = _of_uid(out.value, os.getpid())
+    came["left"] = left
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return came
+
+
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+_CLONE_PARENT = 0x00008000
+
+
+def clone_parent(seconds: float, pidfile: str = "") -> int:
+    """Start a process as its parent's child, not this one's (``clone(CLONE_PARENT)``, a plain
+    call any uid may make): outside the call's subtree from its first instruction. It waits
+    ``seconds``, then exits. Its pid (also written to ``pidfile`` if given)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pid = libc.syscall(_SYS_CLONE[os.uname().machine], _CLONE_PARENT | signal.SIGCHLD, 0, 0, 0, 0)
+    if pid == 0:  # pragma: no cover - the sibling
+        try:
+            time.sleep(seconds)
+        finally:
+            os._exit(0)
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "clone")
+    if pidfile:
+        Path(pidfile).write_text(str(pid))
+    return int(pid)
+
+
+def clone_parent_scenario(unprivileged: bool) -> dict[str, object]:
+    """In a fresh caller (whose containment its environment chose): one call that starts a
+    sibling of its own process (:func:`clone_parent`), and what the caller has as children a
+    moment after it returned (then killed and reaped here, so the test leaves nothing)."""
+    from pytest_rewardhang.guard import run
+
+    def kids() -> set[int]:
+        found: set[int] = set()
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError):
+                found.update(map(int, Path(f"/proc/self/task/{tid}/children").read_text().split()))
+        return found
+
+    before = kids()
+    out = run(clone_parent, (60.0,), budget=30.0, unprivileged=unprivileged)
+    run(os.getpid, budget=30.0)  # a later call: whatever it sweeps up is swept
+    time.sleep(0.3)
+    left = sorted(kids() - before)
+    states = {}
+    for pid in left:
+        with contextlib.suppress(OSError):
+            states[pid] = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return {
+        "status": out.status.value,
+        "containment": out.containment.value,
+        "sibling": out.value,
+        "left": {str(pid): state for pid, state in states.items()},
+    }

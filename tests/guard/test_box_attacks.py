@@ -1,0 +1,261 @@
+"""Attacks on the box (see :mod:`pytest_rewardhang.guard._box`), as the policy being trained
+would make them: real guarded processes, every option on, trying to reach what their box
+promises is out of reach (the caller, another item, a later item), or to outlive it.
+
+An attack that still breaks a promise is kept as a strict ``xfail`` naming the fix it needs:
+the suite stays green, and the day the fix lands the test says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_rewardhang.guard import Confinement, Pool, Status, _confine, run
+from tests.guard import _box_attack_items as items
+from tests.guard.test_confinement import needs
+
+pytestmark = pytest.mark.timeout(240)
+
+#: Every budget here: a correctness bound on a loaded machine, never a latency claim.
+BUDGET = 30.0
+#: Every option that confines a call, on.
+ALL_ON: dict[str, Any] = {
+    "memory_mb": 256,
+    "max_processes": 64,
+    "network": False,
+    "unprivileged": True,
+}
+#: The checkout, where a fresh caller imports the tests' items from.
+ROOT = str(Path(__file__).resolve().parents[2])
+root_only = needs(Confinement.UNPRIVILEGED, "a root caller")
+
+
+@pytest.fixture
+def left_name() -> Iterator[str]:
+    """A file name for the attack to leave in the shared folders, removed from them after."""
+    name = f"rewardhang-attack-{uuid.uuid4().hex}"
+    try:
+        yield name
+    finally:
+        for folder in items.SHARED_FOLDERS:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A folder every uid may write (pytest's own are root's alone), removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="rewardhang-attack-", dir="/tmp"))
+    folder.chmod(0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- the shared folders: what a call leaves there outlives it and reaches later items ---------
+
+
+@root_only
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "an unprivileged call may still write the machine's world-writable folders (/tmp, "
+        "/var/tmp, /run/lock): what it leaves there outlives it, and the next isolated item, "
+        "under another uid, reads it. Fix: in the box's mount namespace, a private tmpfs (or "
+        "the call's own /dev/shm/tmp, bind-mounted) over each world-writable folder, as "
+        "systemd's PrivateTmp and bubblewrap's --tmpfs do"
+    ),
+)
+def test_an_isolated_item_leaves_nothing_in_the_shared_folders_for_the_next(
+    left_name: str,
+) -> None:
+    """Item 1 leaves an answer in every shared folder it may write; item 2, isolated under
+    another uid, looks for it; once the pool is gone nothing of item 1's is left."""
+    with Pool(items.leave_or_find, workers=1, budget=BUDGET, isolate=True, **ALL_ON) as pool:
+        left, found = pool.map([("leave", left_name), ("find", left_name)])
+    assert left.status is Status.OK, left.describe()
+    assert found.status is Status.OK, found.describe()
+    assert Confinement.UNPRIVILEGED in found.confined
+    assert found.value == {}, "a later item read what an earlier one left"
+    outlived = [
+        p for p in (os.path.join(f, left_name) for f in items.SHARED_FOLDERS) if os.path.exists(p)
+    ]
+    assert outlived == [], "what the call wrote outlived it"
+
+
+# --- uids: handed out again while a holder still lives, or not at all -----------------------
+
+
+@root_only
+@pytest.mark.parametrize(
+    "containment",
+    [
+        "cgroups",
+        pytest.param(
+            "subreaper",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "without cgroups a call that turns its subreaper off and double-forks "
+                    "leaves a process running (known), and its uid is given back anyway: "
+                    "512 calls later the same uid goes to another call, which the leftover "
+                    "then kills. Fix: before a uid is given back, kill every process of it "
+                    "(a child that takes the uid and sends kill(-1, SIGKILL)), or never give "
+                    "back a uid a process may still hold"
+                ),
+            ),
+        ),
+    ],
+)
+def test_a_uid_is_not_handed_out_again_while_a_leftover_holds_it(
+    containment: str, shared_tmp: Path
+) -> None:
+    """A call leaves a process behind that waits for its own uid to come back, then kills
+    whatever holds it; the calls after it go one by one until the one given that uid again,
+    an honest call, which must answer. In a fresh caller, so that its containment is the one
+    asked for (a process chooses it once)."""
+    env = {**os.environ, "PYTEST_REWARDHANG_CGROUP": "0" if containment == "subreaper" else "1"}
+    code = (
+        "import json, sys; from tests.guard._box_attack_items import uid_reuse; "
+        "print(json.dumps(uid_reuse(sys.argv[1])))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(shared_tmp)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    came = json.loads(done.stdout.splitlines()[-1])
+    assert came["containment"] == ("subreaper" if containment == "subreaper" else "cgroup")
+    assert came["victim_uid"] in (came["leaver"], None)  # the same uid again, as meant
+    assert not came["seen"], "a leftover of an earlier call found a later one by its uid"
+    assert came["victim"] == "ok", came
+    assert came["left"] == [], "a process of the call outlived it"
+
+
+@root_only
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a process with more than 512 unprivileged calls running at once runs the rest as "
+        "itself (root), warned once: fail-open for the one option meant to keep a program "
+        "written by the policy from acting on its caller. Fix: no free uid, no call (the child "
+        "cannot enter its box: a crash, exit 70), or a wait for a uid; as the box's other steps"
+    ),
+)
+def test_no_unprivileged_call_runs_as_root_however_many_run_at_once(shared_tmp: Path) -> None:
+    """More unprivileged ``run()`` calls at once than a process has uids: each writes the uid
+    it runs as and waits until all have started; none may be root."""
+    calls = _confine.UID_BLOCK + 8
+    release = str(shared_tmp / "go")
+    outs: list[Any] = [None] * calls
+
+    def call(n: int) -> None:
+        outs[n] = run(
+            items.report_uid_and_wait,
+            (str(shared_tmp / f"uid-{n}"), release, 120.0),
+            budget=180.0,
+            unprivileged=True,
+        )
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(calls)]
+    try:
+        for thread in threads:
+            thread.start()
+        end = time.monotonic() + 180
+        while len(list(shared_tmp.glob("uid-*"))) < calls and time.monotonic() < end:
+            if not any(thread.is_alive() for thread in threads):
+                break
+            time.sleep(0.1)
+    finally:
+        Path(release).touch()
+        for thread in threads:
+            thread.join(200)
+    uids = [int(path.read_text()) for path in shared_tmp.glob("uid-*")]
+    assert len(uids) == calls
+    assert all(out is not None for out in outs)
+    assert [uid for uid in uids if uid < _confine.UID_BASE] == []
+
+
+# --- a sibling: clone(CLONE_PARENT) makes the call's first process a child of its caller ---
+
+
+@pytest.mark.parametrize("unprivileged", [False, True], ids=["defaults", "unprivileged"])
+@pytest.mark.parametrize(
+    "containment",
+    [
+        pytest.param(
+            "cgroups",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "clone(CLONE_PARENT) from a run() child starts a process whose parent is "
+                    "the caller: the call's group kills it, but nobody reaps it, and the "
+                    "trainer keeps a zombie per such call. Fix: the group's kill notes the "
+                    "members that are the caller's children and reaps them (as a slow-to-exit "
+                    "child is: swept by the next call)"
+                ),
+            ),
+        ),
+        pytest.param(
+            "subreaper",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "without cgroups, clone(CLONE_PARENT) from a run() child starts a process "
+                    "outside the call's subtree from its first instruction, as the caller's "
+                    "child: no walk finds it, and it runs on (under the call's uid, which "
+                    "goes to a later call). Fix: a run() child forked from an intermediate "
+                    "that only waits, or, unprivileged, every process of the call's uid killed "
+                    "before the uid is given back"
+                ),
+            ),
+        ),
+    ],
+)
+def test_a_sibling_started_with_clone_parent_is_not_left_to_the_caller(
+    containment: str, unprivileged: bool
+) -> None:
+    """A call starts a process as its caller's child, outside its own subtree: after the call
+    (and a later one), the caller must have no new child, living or a zombie."""
+    if unprivileged and os.geteuid() != 0:
+        pytest.skip("unprivileged=True needs a root caller")
+    env = {**os.environ, "PYTEST_REWARDHANG_CGROUP": "0" if containment == "subreaper" else "1"}
+    code = (
+        "import json, sys; from tests.guard._box_attack_items import clone_parent_scenario; "
+        "print(json.dumps(clone_parent_scenario(sys.argv[1] == '1')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "1" if unprivileged else "0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    came = json.loads(done.stdout.splitlines()[-1])
+    assert came["containment"] == ("subreaper" if containment == "subreaper" else "cgroup")
+    assert came["status"] == "ok", came
+    assert came["left"] == {}, f"the call left the caller a child: {came['left']}"
