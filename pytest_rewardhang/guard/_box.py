@@ -30,18 +30,22 @@ its channel   the descriptors it keeps: nothing else of its parent's survives
 A step that fails ends the child (``70``, reported as a crash): nothing runs half-boxed.
 :meth:`Box.close`, in the parent once the process is reaped, is the one place that ends it: what
 is left in the cage killed and awaited, its groups removed, its folders removed, its uid given
-back.
+back; a process it started as its parent's child (``clone(CLONE_PARENT)``) killed and reaped
+by that parent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import resource
+import signal
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import _confine, _contain, _libc, _quota
+from . import _confine, _contain, _libc, _procfs, _quota, _reap
 from ._outcome import Confinement, Containment
 
 #: Exit code of a child that could not enter its box (the caller sees a crash).
@@ -118,6 +122,8 @@ class Box:
         self.quota = quota or _quota.Quota()
         #: Its folders, namespaces and identity.
         self.plan = plan or _confine.Plan(frozenset(), None)
+        #: :meth:`close` has been.
+        self.closed = False
 
     @classmethod
     def make(
@@ -190,6 +196,37 @@ class Box:
         running. ``strays``: the zygote, to which a reaped worker's orphans came. A second call
         does nothing."""
         leaked = self.cage.close(until) if strays is None else self.cage.close_reaped(strays)
+        if not self.closed:
+            leaked += self._siblings(until)
+        self.closed = True
         self.quota.close(until)
         self.plan.close()
         return leaked
+
+    def _siblings(self, until: float) -> int:
+        """Kill and reap the closing thread's children that are the process's own: a guarded
+        process may start one as its parent's child (``clone(CLONE_PARENT)``, any uid may),
+        outside its subtree from its first instruction, which nobody else reaps (the caller
+        would keep a zombie a call) or, but in a group, kills. Known by its cage (a zombie's
+        group reads as it was) or, for one that has a uid of its own, by its uid; a child
+        of the parent's own has neither. Before the uid is given back; how many were alive.
+        The thread that forked the process closes it: a sibling is that thread's child."""
+        try:
+            listed = _procfs.read_small("/proc/thread-self/children").split()
+        except OSError:
+            return 0
+        uid = self.plan.uid
+        alive = 0
+        for word in listed:
+            child = int(word)
+            if not (self.cage.holds(child) or (uid is not None and _procfs.real_uid(child) == uid)):
+                continue
+            pid = _procfs.to_local(child)
+            if pid is None:
+                continue
+            alive += _procfs.alive(child)
+            # An unreaped child's pid is not handed out again: by pid, as _reap does.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            _reap.reap_within(pid, None, max(until - time.monotonic(), 0.0))
+        return alive

@@ -529,6 +529,14 @@ class Group:
         (a look may check a thousand members; most groups are never killed)."""
         return "0::/" + os.path.relpath(self.path, _mount() or "/")
 
+    def holds(self, pid: int) -> bool:
+        """Whether ``pid`` (as ``/proc`` names it) is in the group or one below it, or was
+        when it exited (a zombie's group reads as it was, ``(deleted)`` once removed)."""
+        return any(
+            _below(line.removesuffix(" (deleted)"), self.where)
+            for line in lines(f"/proc/{pid}/cgroup")
+        )
+
     def kill_member(self, pid: int) -> bool:
         """SIGKILL ``pid`` (all its threads) if it is still in the group (or one below it);
         whether it was."""

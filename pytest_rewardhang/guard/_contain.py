@@ -135,6 +135,11 @@ class Cage:
         came to the zygote alive: swept."""
         return strays.sweep()
 
+    def holds(self, pid: int) -> bool:
+        """Whether ``pid`` (as ``/proc`` names it) is, or was when it exited, in the cage;
+        False where the cage cannot tell (the subreaper's)."""
+        return False
+
 
 class _GroupCage(Cage):
     """A cgroup of the process's own (:mod:`._cgroup`): one write kills all it started,
@@ -185,6 +190,9 @@ class _GroupCage(Cage):
 
     def kill_strays(self) -> tuple[int, bool]:
         return _cgroup.kill_strays()
+
+    def holds(self, pid: int) -> bool:
+        return self.group.holds(pid)
 
     def close_reaped(self, strays: Strays) -> int:
         """What it left running, escaped from its subtree or not, is killed and counted here.

@@ -86,13 +86,15 @@ class Isolated(_Serve):  # pragma: no cover - worker only
             handed = _read_handed(handed_r, pid)
         finally:
             os.close(handed_r)
+        siblings = 0
         try:
             _, status, usage = os.wait4(pid, 0)
         finally:
             self.child = 0
             # Its uid given back: once reaped, what it left running is the worker's to kill
             # below, before the next item's fork hands the uid out again (in turn: not soon).
-            box.close(time.monotonic())
+            # What it started as our child (clone(CLONE_PARENT)) is killed here, and counted.
+            siblings = box.close(time.monotonic())
         if handed is None or not os.WIFEXITED(status) or os.WEXITSTATUS(status):
             self.state.dirty = True  # what it left outside its subtree: the zygote's now
             self._leaked(True)
@@ -101,6 +103,7 @@ class Isolated(_Serve):  # pragma: no cover - worker only
         payload = None if size == _FLOAT else bytes(handed[_HANDED.size :])
         # What it left running came to us, the subreaper, as it ended: killed and counted.
         leaked, cleared = self._leaked(True)
+        leaked += siblings
         dirty, self.state.dirty = self.state.dirty, False
         # The child may have re-limited us, its parent, from outside: put back for the next
         # one, or, where that cannot be, retire once this answer is written.

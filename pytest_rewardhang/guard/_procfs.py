@@ -102,6 +102,19 @@ _PF_EXITING = 0x4
 _SIGKILL_MASK = 1 << (signal.SIGKILL - 1)
 
 
+def real_uid(pid: int) -> int | None:
+    """``pid``'s real uid (a zombie's too), as its ``status`` says; None once it is gone.
+    Not its folder's owner: that is root's for a process that changed its uid."""
+    try:
+        status = read_small(f"/proc/{pid}/status")
+    except OSError:
+        return None
+    start = status.find(b"\nUid:")
+    if start < 0:
+        return None
+    return int(status[start + 5 :].split(None, 1)[0])
+
+
 def alive(pid: int) -> bool:
     """Still able to run code: not a zombie, not exiting, no SIGKILL pending.
 

@@ -240,10 +240,11 @@ def clone_parent(seconds: float, pidfile: str = "") -> int:
     return int(pid)
 
 
-def clone_parent_scenario(unprivileged: bool) -> dict[str, object]:
+def clone_parent_scenario(unprivileged: bool, seconds: float) -> dict[str, object]:
     """In a fresh caller (whose containment its environment chose): one call that starts a
-    sibling of its own process (:func:`clone_parent`), and what the caller has as children a
-    moment after it returned (then killed and reaped here, so the test leaves nothing)."""
+    sibling of its own process (:func:`clone_parent`, running ``seconds``), and what the
+    caller has as children a moment after it returned (then killed and reaped here, so the
+    test leaves nothing)."""
     from pytest_rewardhang.guard import run
 
     def kids() -> set[int]:
@@ -254,7 +255,7 @@ def clone_parent_scenario(unprivileged: bool) -> dict[str, object]:
         return found
 
     before = kids()
-    out = run(clone_parent, (60.0,), budget=30.0, unprivileged=unprivileged)
+    out = run(clone_parent, (seconds,), budget=30.0, unprivileged=unprivileged)
     run(os.getpid, budget=30.0)  # a later call: whatever it sweeps up is swept
     time.sleep(0.3)
     left = sorted(kids() - before)
