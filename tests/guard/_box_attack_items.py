@@ -273,3 +273,8 @@ def clone_parent_scenario(unprivileged: bool, seconds: float) -> dict[str, objec
         "sibling": out.value,
         "left": {str(pid): state for pid, state in states.items()},
     }
+
+
+def meet(what: str, path: str, wait_s: float) -> object:
+    """One pool serving both ends: ``("hand", path, wait_s)``, ``("take", path, wait_s)``."""
+    return hand_over_channel(path, wait_s) if what == "hand" else take_channel(path, wait_s)
