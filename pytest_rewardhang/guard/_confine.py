@@ -35,6 +35,7 @@ reported as crashed, never run unconfined.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -109,31 +110,54 @@ class Uids:
     (its pid's), taken afresh the first time it asks; the lock too, as a thread of the parent's
     may have held it at the fork. Handed out in turn, not lowest first: a uid given back is
     taken again as late as can be, after whatever of its last holder was still exiting.
+
+    Given back is not gone: a process its holder left running (where nothing contains the
+    call whole, a double fork past the subreaper), or one an earlier process of the same pid
+    left, still runs as it, and would act on the next holder. So at the start of each round
+    through the block, one look through ``/proc`` finds the uids some process still runs as,
+    and the round passes them over (a few ms per 512 uids handed out).
     """
 
     def __init__(self) -> None:
         self.pid = 0
         self.base = 0
         self.taken: set[int] = set()
+        #: The slots some process ran as at the start of this round; None: not looked yet.
+        self.busy: set[int] | None = None
         self.next = 0
         self.lock = threading.Lock()
 
     def take(self) -> int | None:
-        """A uid no process this one forked holds; None if the block is used up."""
+        """A uid no process runs as (none this one forked holds it, nor did any process at
+        the start of the round); None if the block is used up."""
         if self.pid != os.getpid():
             self.pid = os.getpid()
             self.base = UID_BASE + UID_BLOCK * _procfs.own_pid()
             self.taken = set()
+            self.busy = None
             self.lock = threading.Lock()
         with self.lock:
             for step in range(UID_BLOCK):
                 slot = (self.next + step) % UID_BLOCK
+                if self.busy is None or slot == 0:  # a new round
+                    self.busy = self._running()
                 uid = self.base + slot
-                if slot not in self.taken and uid < (1 << 32) - 1:
+                if slot not in self.taken and slot not in self.busy and uid < (1 << 32) - 1:
                     self.taken.add(slot)
-                    self.next = slot + 1
+                    self.next = (slot + 1) % UID_BLOCK
                     return uid
         return None
+
+    def _running(self) -> set[int]:
+        """The slots of the block some process runs as now."""
+        found = set()
+        with contextlib.suppress(OSError):
+            for name in os.listdir("/proc"):
+                if name.isdigit():
+                    uid = _procfs.real_uid(int(name))
+                    if uid is not None and 0 <= uid - self.base < UID_BLOCK:
+                        found.add(uid - self.base)
+        return found
 
     def give(self, uid: int) -> None:
         """``uid``'s holder is gone: it may be handed out again."""
