@@ -9,6 +9,8 @@ import ctypes
 import os
 import signal
 import socket
+import stat
+import struct
 import time
 from pathlib import Path
 
@@ -278,3 +280,20 @@ def clone_parent_scenario(unprivileged: bool, seconds: float) -> dict[str, objec
 def meet(what: str, path: str, wait_s: float) -> object:
     """One pool serving both ends: ``("hand", path, wait_s)``, ``("take", path, wait_s)``."""
     return hand_over_channel(path, wait_s) if what == "hand" else take_channel(path, wait_s)
+
+
+def forge_handed_time(slept_s: float) -> None:
+    """An isolated item that takes ``slept_s`` then writes its own hand-over to its worker, as
+    the worker's child writes it (``=dqdQ?``: wall time, payload size -1 for a float carried
+    in the header, the float, output dropped, dirty): it took a nanosecond, it says, and
+    scored 1.0. Written on each of its pipes but its output (the hand-over pipe among them),
+    then it ends as the child ends after handing over."""
+    time.sleep(slept_s)
+    forged = struct.pack("=dqdQ?", 1e-9, -1, 1.0, 0, False)
+    output = os.fstat(1).st_ino
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        with contextlib.suppress(OSError):
+            status = os.fstat(fd)
+            if fd > 2 and stat.S_ISFIFO(status.st_mode) and status.st_ino != output:
+                os.write(fd, forged)
+    os._exit(0)
