@@ -32,10 +32,10 @@ from ._box import Box
 from ._wire import DUMP_SIGNAL, RESULT_LIMIT, RETIRED, result_frame, result_payload, write_all
 from ._worker import _Dropped, _Serve, call_item
 
-#: What the child hands the worker before the payload: the call's wall time, the payload's
-#: size (-1 for an OK float, then carried here), output bytes dropped, whether it did what may
-#: leave a process outside its subtree.
-_HANDED = struct.Struct("=dqdQ?")
+#: What the child hands the worker before the payload: the payload's size (-1 for an OK
+#: float, then carried here), output bytes dropped, whether it did what may leave a process
+#: outside its subtree. Not its time: the worker measures that (the call may write this).
+_HANDED = struct.Struct("=qdQ?")
 _FLOAT = -1
 
 
@@ -80,12 +80,17 @@ class Isolated(_Serve):  # pragma: no cover - worker only
         pid = os.fork()
         if pid == 0:
             self._child(item, box, handed_w)
+        # Its time, from its fork to its hand-over, as we see it: what it hands over is the
+        # call's to write, and a time it claimed (a nanosecond) would be its outcome's and set
+        # the size of every later batch, by the mean item time.
+        start = time.perf_counter()
         os.close(handed_w)
         self.child = pid
         try:
             handed = _read_handed(handed_r, pid)
         finally:
             os.close(handed_r)
+        wall = time.perf_counter() - start
         siblings = 0
         try:
             _, status, usage = os.wait4(pid, 0)
@@ -99,7 +104,7 @@ class Isolated(_Serve):  # pragma: no cover - worker only
             self.state.dirty = True  # what it left outside its subtree: the zygote's now
             self._leaked(True)
             _end_as(status)
-        wall, size, number, dropped, self.state.dirty = _HANDED.unpack_from(handed)
+        size, number, dropped, self.state.dirty = _HANDED.unpack_from(handed)
         payload = None if size == _FLOAT else bytes(handed[_HANDED.size :])
         # What it left running came to us, the subreaper, as it ended: killed and counted.
         leaked, cleared = self._leaked(True)
@@ -148,17 +153,15 @@ class Isolated(_Serve):  # pragma: no cover - worker only
             box.enter((handed_w, self.stack_w, *self.dropped.fds), worker)
             faulthandler.register(DUMP_SIGNAL, file=self.stack_w, all_threads=True, chain=False)
             self.state.dirty = False
-            start = time.perf_counter()
             frame = call_item(self.fn, item)
             payload = result_payload(frame)  # the value's __reduce__ is the call's code too
             if os.getpid() != self.pid:
                 os._exit(0)  # a child the call forked, returning: it never answers
-            wall = time.perf_counter() - start
             if payload is None:
-                head = _HANDED.pack(wall, _FLOAT, frame[1], self.dropped.count, self.state.dirty)
+                head = _HANDED.pack(_FLOAT, frame[1], self.dropped.count, self.state.dirty)
                 write_all(handed_w, head)
             else:
-                head = _HANDED.pack(wall, len(payload), 0.0, self.dropped.count, self.state.dirty)
+                head = _HANDED.pack(len(payload), 0.0, self.dropped.count, self.state.dirty)
                 write_all(handed_w, head + payload)
             code = 0
         except BaseException:  # noqa: BLE001, S110 - nothing handed over: the worker ends too
@@ -182,7 +185,7 @@ def _read_handed(fd: int, pid: int) -> bytearray | None:  # pragma: no cover - w
             return None  # it ended before it handed everything over
         handed += chunk
         if want == _HANDED.size and len(handed) >= want:
-            size = _HANDED.unpack_from(handed)[1]
+            size = _HANDED.unpack_from(handed)[0]
             if size < _FLOAT or size > RESULT_LIMIT:
                 os.kill(pid, signal.SIGKILL)
                 return None

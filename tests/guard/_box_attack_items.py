@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import stat
-import struct
 import time
 from pathlib import Path
 
@@ -284,12 +283,18 @@ def meet(what: str, path: str, wait_s: float) -> object:
 
 def forge_handed_time(slept_s: float) -> None:
     """An isolated item that takes ``slept_s`` then writes its own hand-over to its worker, as
-    the worker's child writes it (``=dqdQ?``: wall time, payload size -1 for a float carried
-    in the header, the float, output dropped, dirty): it took a nanosecond, it says, and
-    scored 1.0. Written on each of its pipes but its output (the hand-over pipe among them),
-    then it ends as the child ends after handing over."""
+    the worker's child writes it, and ends as the child ends after handing over: it scored
+    1.0, it says, and (where the hand-over carries the call's time) took a nanosecond.
+    Written on each of its pipes but its output, the hand-over pipe among them. The layout:
+    ``=dqdQ?`` (the time, payload size -1 for a float carried in the header, the float,
+    output dropped, dirty) where the guard reads a time from it, else ``=qdQ?``."""
     time.sleep(slept_s)
-    forged = struct.pack("=dqdQ?", 1e-9, -1, 1.0, 0, False)
+    from pytest_rewardhang.guard import _isolate
+
+    layout = _isolate._HANDED
+    claim = (1e-9, -1, 1.0, 0, False)
+    count = len(layout.unpack(bytes(layout.size)))
+    forged = layout.pack(*claim[len(claim) - count :])
     output = os.fstat(1).st_ino
     for fd in map(int, os.listdir("/proc/self/fd")):
         with contextlib.suppress(OSError):

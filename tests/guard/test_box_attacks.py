@@ -273,22 +273,15 @@ def test_isolated_items_of_two_pools_cannot_meet_to_pass_descriptors(shared_tmp:
 # --- what an isolated item hands its worker ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "an isolated item's wall time is what the item hands its worker: a forged hand-over "
-        "claims any time (NaN, a nanosecond), which the outcome reports and the pool's batch "
-        "size follows. Fix: the worker times the item itself, from its fork to its hand-over"
-    ),
-)
 @pytest.mark.parametrize("options", [{}, ALL_ON], ids=["defaults", "all-on"])
 def test_an_isolated_items_time_is_its_workers_measure_not_its_claim(
     options: dict[str, Any],
 ) -> None:
-    """An isolated item takes 0.3 s and hands its worker a result that says it took a
-    nanosecond: its outcome's time is what its worker saw. (The claim also set the pool's
-    batch size, by the mean item time, for every later item: a batch of up to 256 items
-    whose arguments the hostile item's successors in that worker can read.)"""
+    """An isolated item takes 0.3 s and hands its worker a result of its own making, which
+    said it took a nanosecond while the hand-over carried the call's time: its outcome's time
+    is what its worker saw. (The claim also set the pool's batch size, by the mean item time,
+    for every later item: batches of up to 256 items, whose arguments a hostile item's
+    successors in that worker can read.)"""
     if options and os.geteuid() != 0:
         pytest.skip("unprivileged=True needs a root caller")
     with Pool(items.forge_handed_time, workers=1, budget=BUDGET, isolate=True, **options) as pool:
