@@ -302,3 +302,23 @@ def forge_handed_time(slept_s: float) -> None:
             if fd > 2 and stat.S_ISFIFO(status.st_mode) and status.st_ino != output:
                 os.write(fd, forged)
     os._exit(0)
+
+
+def segfault() -> None:
+    """Die of SIGSEGV, as a program that reads address 0 does."""
+    ctypes.string_at(0)
+
+
+def core_scenario(isolate: bool, unprivileged: bool) -> dict[str, object]:
+    """In a fresh caller whose core dumps are on (``ulimit -c unlimited``, as for a trainer
+    debugging its C code) and whose working directory is its own: one pool item dies of
+    SIGSEGV. What it came to, and the files left in the working directory."""
+    import resource
+
+    from pytest_rewardhang.guard import Pool
+
+    hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+    resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+    with Pool(segfault, workers=1, budget=30.0, isolate=isolate, unprivileged=unprivileged) as pool:
+        out = pool.map([()])[0]
+    return {"status": out.status.value, "left": sorted(os.listdir("."))}

@@ -288,3 +288,68 @@ def test_an_isolated_items_time_is_its_workers_measure_not_its_claim(
         out = pool.map([(0.3,)])[0]
     assert out.status is Status.OK, out.describe()
     assert out.wall_s >= 0.3, f"the item's own claim was taken: {out.wall_s}"
+
+
+# --- a crash's core dump ----------------------------------------------------------------------
+
+_ROOT_ITEM_CORE = pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a guarded process that runs as root (no unprivileged=True) dumps its own core, with "
+        "the caller's core limit, into the caller's working directory: a file per crash, as "
+        "large as the process. Fix: the box sets RLIMIT_CORE to 0 for every guarded process "
+        "(a crash is an outcome; its core is nobody's to read)"
+    ),
+)
+
+
+@root_only
+@pytest.mark.parametrize(
+    ("isolate", "unprivileged"),
+    [
+        pytest.param(
+            True,
+            True,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "an isolating worker ends as its item ended, re-raising the item's signal "
+                    "on itself: root and dumpable, with the caller's core limit, it dumps its "
+                    "own core into the caller's working directory. Fix: the worker's core "
+                    "limit to 0 before it re-raises"
+                ),
+            ),
+        ),
+        (False, True),
+        pytest.param(True, False, marks=_ROOT_ITEM_CORE),
+        pytest.param(False, False, marks=_ROOT_ITEM_CORE),
+    ],
+    ids=["isolated-unprivileged", "warm-unprivileged", "isolated-root", "warm-root"],
+)
+def test_an_item_that_crashes_leaves_no_core_in_the_callers_folder(
+    isolate: bool, unprivileged: bool, tmp_path: Path
+) -> None:
+    """A caller with core dumps on (``ulimit -c unlimited``) and a folder of its own as its
+    working directory; an item dies of SIGSEGV. Its outcome is a crash, and nothing is left
+    in the folder (an isolating worker ends as its item did: by the same signal, re-raised,
+    which dumped the worker's own core there, root's, as large as the worker)."""
+    if Path("/proc/sys/kernel/core_pattern").read_text().startswith("|"):
+        pytest.skip("core dumps go to a helper here, not to the working directory")
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[3]); "
+        "from tests.guard._box_attack_items import core_scenario; "
+        "print(json.dumps(core_scenario(sys.argv[1] == '1', sys.argv[2] == '1')))"
+    )
+    flags = ["1" if isolate else "0", "1" if unprivileged else "0"]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *flags, ROOT],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    came = json.loads(done.stdout.splitlines()[-1])
+    assert came["status"] == "crashed", came
+    assert came["left"] == [], f"the crash left {came['left']} in the caller's folder"
