@@ -20,6 +20,7 @@ import contextlib
 import faulthandler
 import mmap
 import os
+import resource
 import signal
 import struct
 import time
@@ -197,8 +198,14 @@ def _end_as(status: int) -> NoReturn:  # pragma: no cover - worker only
     """End the worker as its child ended: by the same signal, or with the same exit code."""
     if os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)
-        # No dump of the worker's own stack onto the item's output, no handler of ours.
+        # No dump of the worker's own stack onto the item's output, no handler of ours; and
+        # no core of ours (root's, with the caller's core limit, in its working directory):
+        # the signal only says how the item ended.
         faulthandler.disable()
+        with contextlib.suppress(OSError, ValueError):
+            resource.setrlimit(
+                resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1])
+            )
         with contextlib.suppress(OSError, ValueError):  # SIGKILL's cannot be set, only sent
             signal.signal(signum, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})

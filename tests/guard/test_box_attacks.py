@@ -307,19 +307,7 @@ _ROOT_ITEM_CORE = pytest.mark.xfail(
 @pytest.mark.parametrize(
     ("isolate", "unprivileged"),
     [
-        pytest.param(
-            True,
-            True,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "an isolating worker ends as its item ended, re-raising the item's signal "
-                    "on itself: root and dumpable, with the caller's core limit, it dumps its "
-                    "own core into the caller's working directory. Fix: the worker's core "
-                    "limit to 0 before it re-raises"
-                ),
-            ),
-        ),
+        (True, True),
         (False, True),
         pytest.param(True, False, marks=_ROOT_ITEM_CORE),
         pytest.param(False, False, marks=_ROOT_ITEM_CORE),
