@@ -93,8 +93,8 @@ _MISSING = {
     ),
     Confinement.NO_NETWORK: "network=False: the call has the network (no network namespace)",
     Confinement.UNPRIVILEGED: (
-        "unprivileged=True: the call runs as the caller's user (not root, or no uid of its "
-        "own was free), who it can signal, as can every other call"
+        "unprivileged=True: the call runs as the caller's user (not root), who it can "
+        "signal, as can every other call"
     ),
 }
 #: What this process has warned is missing.
@@ -266,11 +266,9 @@ class Plan:
         if unprivileged:
             asked.add(Confinement.UNPRIVILEGED)
         applied = {confinement for confinement in asked if permitted(confinement)}
-        uid = None
-        if Confinement.UNPRIVILEGED in applied and not apart:
-            uid = uids.take()
-            if uid is None:
-                applied.discard(Confinement.UNPRIVILEGED)
+        # No uid free (a block's worth of calls at once, or held by what calls left running):
+        # the call is not made (see enter), rather than made as the caller.
+        uid = uids.take() if Confinement.UNPRIVILEGED in applied and not apart else None
         tmpdir = None
         if Confinement.PRIVATE_SHM not in applied:  # else the child makes it in its tmpfs
             tmpdir = _caller_tmpdir(Confinement.UNPRIVILEGED in applied, uid)
@@ -286,16 +284,13 @@ class Plan:
         applied = self.applied & _PER_ITEM
         uid = None
         if Confinement.UNPRIVILEGED in applied:
-            uid = uids.take()
-            if uid is None:
-                applied -= {Confinement.UNPRIVILEGED}
-            elif self.tmpdir is not None:
+            uid = uids.take()  # None: the item is not made (see enter)
+            if uid is not None and self.tmpdir is not None:
                 try:
                     os.chown(self.tmpdir, uid, uid)
                 except OSError:
                     uids.give(uid)
                     uid = None
-                    applied -= {Confinement.UNPRIVILEGED}
         return replace(self, applied=applied, tmpdir=None, uid=uid, apart=False, shm_mb=None)
 
     def enter(self) -> bool:  # pragma: no cover - child only
@@ -317,10 +312,11 @@ class Plan:
                 return False
             if Confinement.NO_NETWORK in applied and not _no_network():
                 return False
-            # Last: the namespaces need the privileges this drops.
-            if self.uid is None:
+            # Last: the namespaces need the privileges this drops. Asked for and no uid of
+            # its own to drop to: not made at all, rather than made as the caller.
+            if Confinement.UNPRIVILEGED not in applied or self.apart:
                 return True
-            if not _unprivileged(self.uid):
+            if self.uid is None or not _unprivileged(self.uid):
                 return False
             # A working directory the uid may not read (a checkout in a 0700 folder) ended a
             # pool's worker at its first look at it: the call starts in its own folder then.
