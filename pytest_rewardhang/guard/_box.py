@@ -17,7 +17,8 @@ its channel   the descriptors it keeps: nothing else of its parent's survives
 :meth:`Box.enter`, in the child, is the one place that sets a guarded process up, in this order:
 
 1. **groups**: into its cgroup and its limits' groups, through the descriptors its parent
-   opened for it (which step 2 closes);
+   opened for it (which step 2 closes); and no core dumps (a crash is an outcome: its core,
+   as large as the process, would be left in the caller's working directory);
 2. **descriptors**: every descriptor but its channel's and 0 to 2 closed (``close_range``): no
    other pool's pipes, no other thread's ``run()`` pipes, no socket, file or listener of the
    trainer's;
@@ -107,6 +108,14 @@ def close_all_but(keep: Iterable[int]) -> None:  # pragma: no cover - child only
     os.closerange(low, _fd_end())
 
 
+def _no_core() -> None:  # pragma: no cover - child only
+    """No core dump of this process or its children: the soft limit 0 (the hard one as it was,
+    for a scorer that wants one to raise it)."""
+    with contextlib.suppress(OSError, ValueError):
+        hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+        resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+
+
 class Box:
     """Everything one guarded process may hold (see the module's docstring)."""
 
@@ -175,6 +184,7 @@ class Box:
         a step fails."""
         if not (self.cage.enter() and self.quota.join()):
             os._exit(UNBOXED)
+        _no_core()
         close_all_but(keep)
         loaded = None if load is None else load()
         if not self.plan.enter():

@@ -309,16 +309,23 @@ def segfault() -> None:
     ctypes.string_at(0)
 
 
-def core_scenario(isolate: bool, unprivileged: bool) -> dict[str, object]:
+def core_scenario(kind: str, unprivileged: bool) -> dict[str, object]:
     """In a fresh caller whose core dumps are on (``ulimit -c unlimited``, as for a trainer
-    debugging its C code) and whose working directory is its own: one pool item dies of
-    SIGSEGV. What it came to, and the files left in the working directory."""
+    debugging its C code) and whose working directory is its own: one call (``kind``: "run",
+    "warm" or "isolated") dies of SIGSEGV. What it came to, and the files left in the working
+    directory."""
     import resource
 
-    from pytest_rewardhang.guard import Pool
+    from pytest_rewardhang.guard import Pool, run
 
     hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
     resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
-    with Pool(segfault, workers=1, budget=30.0, isolate=isolate, unprivileged=unprivileged) as pool:
-        out = pool.map([()])[0]
+    if kind == "run":
+        out = run(segfault, budget=30.0, unprivileged=unprivileged)
+    else:
+        isolate = kind == "isolated"
+        with Pool(
+            segfault, workers=1, budget=30.0, isolate=isolate, unprivileged=unprivileged
+        ) as pool:
+            out = pool.map([()])[0]
     return {"status": out.status.value, "left": sorted(os.listdir("."))}

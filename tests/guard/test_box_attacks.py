@@ -290,43 +290,25 @@ def test_an_isolated_items_time_is_its_workers_measure_not_its_claim(
 
 # --- a crash's core dump ----------------------------------------------------------------------
 
-_ROOT_ITEM_CORE = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a guarded process that runs as root (no unprivileged=True) dumps its own core, with "
-        "the caller's core limit, into the caller's working directory: a file per crash, as "
-        "large as the process. Fix: the box sets RLIMIT_CORE to 0 for every guarded process "
-        "(a crash is an outcome; its core is nobody's to read)"
-    ),
-)
-
 
 @root_only
-@pytest.mark.parametrize(
-    ("isolate", "unprivileged"),
-    [
-        (True, True),
-        (False, True),
-        pytest.param(True, False, marks=_ROOT_ITEM_CORE),
-        pytest.param(False, False, marks=_ROOT_ITEM_CORE),
-    ],
-    ids=["isolated-unprivileged", "warm-unprivileged", "isolated-root", "warm-root"],
-)
-def test_an_item_that_crashes_leaves_no_core_in_the_callers_folder(
-    isolate: bool, unprivileged: bool, tmp_path: Path
+@pytest.mark.parametrize("unprivileged", [False, True], ids=["root", "unprivileged"])
+@pytest.mark.parametrize("kind", ["run", "warm", "isolated"])
+def test_a_call_that_crashes_leaves_no_core_in_the_callers_folder(
+    kind: str, unprivileged: bool, tmp_path: Path
 ) -> None:
     """A caller with core dumps on (``ulimit -c unlimited``) and a folder of its own as its
-    working directory; an item dies of SIGSEGV. Its outcome is a crash, and nothing is left
-    in the folder (an isolating worker ends as its item did: by the same signal, re-raised,
-    which dumped the worker's own core there, root's, as large as the worker)."""
+    working directory; a call (a warm item, an isolated item) dies of SIGSEGV. Its outcome is
+    a crash, and nothing is left in the folder: no core of the call's (root's, where it runs
+    as root), nor of an isolating worker's, which ends as its item did, by the same signal."""
     if Path("/proc/sys/kernel/core_pattern").read_text().startswith("|"):
         pytest.skip("core dumps go to a helper here, not to the working directory")
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[3]); "
         "from tests.guard._box_attack_items import core_scenario; "
-        "print(json.dumps(core_scenario(sys.argv[1] == '1', sys.argv[2] == '1')))"
+        "print(json.dumps(core_scenario(sys.argv[1], sys.argv[2] == '1')))"
     )
-    flags = ["1" if isolate else "0", "1" if unprivileged else "0"]
+    flags = [kind, "1" if unprivileged else "0"]
     done = subprocess.run(
         [sys.executable, "-c", code, *flags, ROOT],
         cwd=tmp_path,
