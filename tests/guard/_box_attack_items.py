@@ -329,3 +329,17 @@ def core_scenario(kind: str, unprivileged: bool) -> dict[str, object]:
         ) as pool:
             out = pool.map([()])[0]
     return {"status": out.status.value, "left": sorted(os.listdir("."))}
+
+
+def clone_or_look(what: str, pidfile: str) -> object:
+    """One pool serving both: ``("clone", pidfile)`` starts a sibling that runs a minute
+    (:func:`clone_parent`); ``("look", pidfile)``: whether that sibling still runs (not a
+    zombie, not gone)."""
+    if what == "clone":
+        return clone_parent(60.0, pidfile)
+    pid = int(Path(pidfile).read_text())
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")

@@ -321,3 +321,21 @@ def test_a_call_that_crashes_leaves_no_core_in_the_callers_folder(
     came = json.loads(done.stdout.splitlines()[-1])
     assert came["status"] == "crashed", came
     assert came["left"] == [], f"the crash left {came['left']} in the caller's folder"
+
+
+@pytest.mark.parametrize("options", [{}, ALL_ON], ids=["defaults", "all-on"])
+@pytest.mark.parametrize("isolate", [False, True], ids=["warm", "isolated"])
+def test_a_pool_items_sibling_is_gone_before_the_next_item(
+    isolate: bool, options: dict[str, Any], shared_tmp: Path, containment: str
+) -> None:
+    """An item starts a process as its parent's child (the zygote's, for a warm item; its
+    worker's, for an isolated one): the next item of the pool finds it gone, its workers in
+    cgroups or found by their subreapers alone."""
+    if options and os.geteuid() != 0:
+        pytest.skip("unprivileged=True needs a root caller")
+    pidfile = str(shared_tmp / "sibling")
+    with Pool(items.clone_or_look, workers=1, budget=BUDGET, isolate=isolate, **options) as pool:
+        cloned, looked = pool.map([("clone", pidfile), ("look", pidfile)])
+    assert cloned.status is Status.OK, cloned.describe()
+    assert looked.status is Status.OK, looked.describe()
+    assert looked.value is False, "an earlier item's process ran on into the next item"
