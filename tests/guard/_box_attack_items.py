@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -343,3 +344,32 @@ def clone_or_look(what: str, pidfile: str) -> object:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+def run_with_secret(secret: str, seconds: float) -> int:
+    """A scorer's usual way to run a program: a subprocess whose command line carries the
+    test's input (here ``secret``), for ``seconds``. (``/bin/sh``: an unprivileged item may
+    not reach an interpreter installed in root's home.)"""
+    command = ["/bin/sh", "-c", f"sleep {seconds}", secret]
+    return subprocess.run(command, check=False, timeout=seconds + 30).returncode
+
+
+def spy_for(marker: str, wait_s: float) -> list[str]:
+    """Look through every process's command line (``/proc/PID/cmdline``, readable by all)
+    for ``marker``, for ``wait_s`` at most: what another item's program was given."""
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                with contextlib.suppress(OSError):
+                    words = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+                    found = [w.decode() for w in words if marker.encode() in w]
+                    if found:
+                        return found
+        time.sleep(0.01)
+    return []
+
+
+def spy_or_run(what: str, text: str, seconds: float) -> object:
+    """One pool serving both: ``("run", secret, s)``, ``("spy", marker, s)``."""
+    return run_with_secret(text, seconds) if what == "run" else spy_for(text, seconds)

@@ -339,3 +339,32 @@ def test_a_pool_items_sibling_is_gone_before_the_next_item(
     assert cloned.status is Status.OK, cloned.describe()
     assert looked.status is Status.OK, looked.describe()
     assert looked.value is False, "an earlier item's process ran on into the next item"
+
+
+# --- /proc: what every process may read of every other ------------------------------------------
+
+
+@root_only
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "/proc lets any uid read every process's command line: an isolated, unprivileged item "
+        "reads the test input another item's program was given on its command line (and its "
+        "status, its children, its times). Fix: in the box's mount namespace (its /proc made "
+        "private first, so nothing propagates back), a procfs of its own mounted with "
+        "hidepid=invisible before the uid is dropped: a process then sees only its uid's"
+    ),
+)
+def test_an_isolated_item_cannot_read_another_items_program_arguments() -> None:
+    """Item A, in one pool, runs its program with the test's input on the command line, as a
+    scorer does; item B, in another pool, concurrently, looks for it in /proc."""
+    secret = f"rewardhang-expected-output-{uuid.uuid4().hex}"
+    with (
+        Pool(items.spy_or_run, workers=1, budget=BUDGET, isolate=True, **ALL_ON) as one,
+        Pool(items.spy_or_run, workers=1, budget=BUDGET, isolate=True, **ALL_ON) as other,
+    ):
+        running = one.submit("run", secret, 3.0)
+        spied = other.submit("spy", secret, 5.0).result(BUDGET)
+        assert running.result(BUDGET).status is Status.OK
+    assert spied.status is Status.OK, spied.describe()
+    assert spied.value == [], "an item read another item's program's input"
