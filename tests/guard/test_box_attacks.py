@@ -28,7 +28,7 @@ from pytest_rewardhang.guard import Confinement, Pool, Status, _confine, run
 from tests.guard import _box_attack_items as items
 from tests.guard.test_confinement import needs
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("no_leaks")]
 
 #: Every budget here: a correctness bound on a loaded machine, never a latency claim.
 BUDGET = 30.0
@@ -102,6 +102,7 @@ def test_an_isolated_item_leaves_nothing_in_the_shared_folders_for_the_next(
 
 
 @root_only
+@pytest.mark.slow
 @pytest.mark.parametrize("containment", ["cgroups", "subreaper"])
 def test_a_uid_is_not_handed_out_again_while_a_leftover_holds_it(
     containment: str, shared_tmp: Path
@@ -189,7 +190,8 @@ _SUBREAPER_ROOT_SIBLING = pytest.mark.xfail(
     reason=(
         "without cgroups and without a uid of its own, a sibling a run() child starts with "
         "clone(CLONE_PARENT) is the caller's child, outside the call's subtree from its first "
-        "instruction, and nothing tells it from the caller's own children: it runs on. Fix: "
+        "instruction, and nothing tells it from the caller's own children: it runs on, or "
+        "stays the caller's zombie. Fix: "
         "fork the run() child from an intermediate that only waits (its siblings are then the "
         "intermediate's), or a PID namespace; a root call can act on its caller anyway"
     ),
