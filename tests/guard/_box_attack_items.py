@@ -373,3 +373,103 @@ def spy_for(marker: str, wait_s: float) -> list[str]:
 def spy_or_run(what: str, text: str, seconds: float) -> object:
     """One pool serving both: ``("run", secret, s)``, ``("spy", marker, s)``."""
     return run_with_secret(text, seconds) if what == "run" else spy_for(text, seconds)
+
+
+def plant_links(target_file: str, target_folder: str) -> list[str]:
+    """Leave, in this item's temporary folders (which its root worker empties after it),
+    symbolic links to a caller's file and folder, at the top and inside a folder of its own:
+    a cleanup that followed one would remove the caller's. What it planted."""
+    planted = []
+    for folder in (os.environ["TMPDIR"], "/dev/shm"):  # noqa: S108 - its own tmpfs
+        inner = os.path.join(folder, "inner")
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(inner)
+        for where in (folder, inner):
+            for name, target in (("file", target_file), ("folder", target_folder)):
+                link = os.path.join(where, f"link-{name}")
+                os.symlink(target, link)
+                planted.append(link)
+    return planted
+
+
+def try_to_reach(pids: list[int]) -> dict[str, str]:
+    """Each way to reach another process's descriptors: its fd folder, ``pidfd_getfd`` of its
+    descriptors 0 to 9; and to write a ``/proc/sys`` setting and a cgroup's files. What each
+    came to: "done" or the error's name."""
+    came: dict[str, str] = {}
+    libc = ctypes.CDLL(None, use_errno=True)
+    for pid in pids:
+        try:
+            os.listdir(f"/proc/{pid}/fd")
+            came[f"{pid} fd folder"] = "done"
+        except OSError as exc:
+            came[f"{pid} fd folder"] = type(exc).__name__
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as exc:
+            came[f"{pid} pidfd"] = type(exc).__name__
+            continue
+        try:
+            got = [libc.syscall(438, pidfd, fd, 0) for fd in range(10)]  # pidfd_getfd
+            came[f"{pid} pidfd_getfd"] = "done" if any(fd >= 0 for fd in got) else "refused"
+        finally:
+            os.close(pidfd)
+    came["user namespace"] = _as_root_of_own_namespace(pids)
+    for path in ("/proc/sys/kernel/pid_max", "/proc/sys/vm/overcommit_memory"):
+        try:
+            Path(path).write_text(Path(path).read_text())
+            came[path] = "done"
+        except OSError as exc:
+            came[path] = type(exc).__name__
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            group = "/sys/fs/cgroup/unified" + line[3:]
+            if not os.path.isdir(group):
+                group = "/sys/fs/cgroup" + line[3:]
+            for name in ("cgroup.procs", "pids.max", "memory.max", "cgroup.kill"):
+                try:
+                    Path(group, name).write_text("max\n" if name.endswith("max") else "1\n")
+                    came[name] = "done"
+                except OSError as exc:
+                    came[name] = type(exc).__name__
+    return came
+
+
+def _as_root_of_own_namespace(pids: list[int]) -> str:
+    """In a child: a user namespace of its own, in which it is root (uid 0 mapped to its
+    uid), every capability there; then signal each of ``pids`` (SIGSTOP) and read their fd
+    folders. "done" if any of it worked, else how the namespace came to be or failed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid = os.getuid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 3
+        try:
+            # Its /proc files its own again (a uid change left them root's), to map its uid.
+            libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+            if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+                code = 2
+            else:
+                Path("/proc/self/setgroups").write_text("deny")
+                Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+                code = 1
+                for target in pids:
+                    with contextlib.suppress(OSError):
+                        os.kill(target, signal.SIGSTOP)
+                        code = 0
+                    with contextlib.suppress(OSError):
+                        os.listdir(f"/proc/{target}/fd")
+                        code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return {0: "done", 1: "refused", 2: "no namespace"}.get(
+        os.waitstatus_to_exitcode(status), "failed"
+    )
+
+
+def links_or_reach(what: str, *args: object) -> object:
+    """One pool serving both: ``("plant", file, folder)``, ``("reach", pids)``."""
+    if what == "plant":
+        return plant_links(str(args[0]), str(args[1]))
+    return try_to_reach(list(args[0]))  # type: ignore[call-overload]

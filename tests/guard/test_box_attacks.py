@@ -370,3 +370,39 @@ def test_an_isolated_item_cannot_read_another_items_program_arguments() -> None:
         assert running.result(BUDGET).status is Status.OK
     assert spied.status is Status.OK, spied.describe()
     assert spied.value == [], "an item read another item's program's input"
+
+
+# --- what held: kept as tests so that it keeps holding ------------------------------------------
+
+
+@root_only
+def test_links_an_item_leaves_are_removed_not_followed(tmp_path: Path) -> None:
+    """An isolated, unprivileged item leaves symbolic links to the caller's file and folder
+    in its temporary folders, at the top and in a folder of its own; its root worker empties
+    those folders after it: the links go, the caller's file and folder stay whole."""
+    target = tmp_path / "trainer"
+    target.mkdir()
+    (target / "checkpoint").write_text("weights")
+    with Pool(items.links_or_reach, workers=1, budget=BUDGET, isolate=True, **ALL_ON) as pool:
+        planted, after = pool.map(
+            [("plant", str(target / "checkpoint"), str(target)), ("plant", "/", "/")]
+        )
+    assert planted.status is Status.OK, planted.describe()
+    assert len(planted.value) == 8
+    assert after.status is Status.OK, after.describe()  # the folders were empty again
+    assert (target / "checkpoint").read_text() == "weights"
+
+
+@root_only
+@pytest.mark.parametrize("isolate", [False, True], ids=["warm", "isolated"])
+def test_an_unprivileged_item_reaches_no_descriptor_setting_or_group(isolate: bool) -> None:
+    """An unprivileged item tries to reach the caller's and its zygote's descriptors (their
+    fd folders, ``pidfd_getfd``), to signal them as root of a user namespace of its own, to
+    write ``/proc/sys`` settings and its own group's files: each refused."""
+    with Pool(items.links_or_reach, workers=1, budget=BUDGET, isolate=isolate, **ALL_ON) as pool:
+        zygote = pool._engine.zygote
+        assert zygote is not None
+        out = pool.map([("reach", [os.getpid(), zygote.pid])])[0]
+    assert out.status is Status.OK, out.describe()
+    assert len(out.value) >= 6
+    assert {attempt: came for attempt, came in out.value.items() if came == "done"} == {}
