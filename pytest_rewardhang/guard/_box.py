@@ -76,7 +76,7 @@ class Confining:
         if not network:
             asked.add(Confinement.NO_NETWORK)
         if unprivileged:
-            asked.add(Confinement.UNPRIVILEGED)
+            asked |= {Confinement.UNPRIVILEGED, Confinement.SEALED}
         #: Everything asked for: what did not apply is warned about once.
         self.asked = frozenset(asked)
 

@@ -36,6 +36,7 @@ reported as crashed, never run unconfined.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import logging
 import os
@@ -66,7 +67,15 @@ UID_BLOCK = 1 << 9
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWNET = 0x40000000
-_MS_NOSUID, _MS_NODEV, _MS_PRIVATE = 2, 4, 1 << 18
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_PRIVATE = 2, 4, 4096, 1 << 18
+#: ``mount_setattr(2)``: its number (the same on every architecture since Linux 5.12), and its
+#: flags.
+_SYS_MOUNT_SETATTR = 442
+_AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
+#: What stays writable in a sealed mount namespace (see _private_shm).
+_WRITABLE = (b"/proc", b"/sys/fs/cgroup")
+#: The world-writable folders a sealed call has as its own (see _private_tmp).
+_TMP_FOLDERS = (b"/tmp", b"/var/tmp")
 _PR_SET_NO_NEW_PRIVS = 38
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
 _SHM = b"/dev/shm"
@@ -86,6 +95,11 @@ _MISSING = {
     Confinement.PRIVATE_TMP: "the call has no temporary folder of its own",
     Confinement.PRIVATE_SHM: (
         "what the call leaves in /dev/shm outlives it (a mount namespace needs root)"
+    ),
+    Confinement.SEALED: (
+        "unprivileged=True: what the call writes to world-writable folders (/tmp, /var/tmp) "
+        "outlives it and is read by other calls (no mount_setattr, Linux 5.12, or no mount "
+        "namespace)"
     ),
     Confinement.PRIVATE_IPC: (
         "the SysV shared memory and queues the call makes outlive it and are seen by other "
@@ -177,15 +191,45 @@ def _call(name: str, *args: object) -> bool:
     return bool(getattr(libc, name)(*args) == 0)
 
 
-def _private_shm(size_mb: float | None) -> bool:  # pragma: no cover - child only
+class _MountAttr(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("set", "clear", "propagation", "userns")]
+
+
+def _mount_attr(path: bytes, set_: int = 0, clear: int = 0, propagation: int = 0) -> bool:
+    """``mount_setattr`` of every mount at and below ``path`` (Linux 5.12 on)."""
+    attr = _MountAttr(set_, clear, propagation, 0)
+    size = ctypes.c_size_t(ctypes.sizeof(attr))
+    flags = ctypes.c_uint(_AT_RECURSIVE)
+    return _call("syscall", _SYS_MOUNT_SETATTR, _AT_FDCWD, path, flags, ctypes.byref(attr), size)
+
+
+def _private_shm(size_mb: float | None, sealed: bool = False) -> bool:  # pragma: no cover
     """A mount namespace whose ``/dev/shm`` is a fresh tmpfs; the caller's is untouched (made
-    private first, so the new mount does not propagate back to it)."""
+    private first, so the new mount does not propagate back to it). ``sealed``: every other
+    mount read-only first, but ``/proc`` and the cgroup file systems, which the guard's own
+    processes write (and whose files of others an unprivileged uid may not)."""
     options = b"mode=1777" + (b",size=%dm" % max(int(size_mb), 1) if size_mb else b"")
-    return (
-        _call("unshare", _CLONE_NEWNS)
-        and _call("mount", None, _SHM, None, _MS_PRIVATE, None)
-        and _call("mount", b"tmpfs", _SHM, b"tmpfs", _MS_NOSUID | _MS_NODEV, options)
+    if not _call("unshare", _CLONE_NEWNS):
+        return False
+    if sealed:
+        if not _mount_attr(b"/", set_=_MOUNT_ATTR_RDONLY, propagation=_MS_PRIVATE):
+            return False
+        for writable in _WRITABLE:
+            if os.path.isdir(writable) and not _mount_attr(writable, clear=_MOUNT_ATTR_RDONLY):
+                return False
+    return _call("mount", None, _SHM, None, _MS_PRIVATE, None) and _call(
+        "mount", b"tmpfs", _SHM, b"tmpfs", _MS_NOSUID | _MS_NODEV, options
     )
+
+
+def _private_tmp() -> bool:  # pragma: no cover - child only
+    """In a sealed mount namespace: ``/tmp`` and ``/var/tmp`` are the call's own
+    ``/dev/shm/tmp``, where a program that names them finds room, of its own."""
+    for folder in _TMP_FOLDERS:
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            if not _call("mount", _SHM_TMP, folder, None, _MS_BIND, None):
+                return False
+    return True
 
 
 def _private_ipc() -> bool:  # pragma: no cover - child only
@@ -230,6 +274,7 @@ def _probe(confinement: Confinement) -> bool:
         return False
     enter = {
         Confinement.PRIVATE_SHM: lambda: _private_shm(1),
+        Confinement.SEALED: lambda: _private_shm(1, sealed=True),
         Confinement.PRIVATE_IPC: _private_ipc,
         Confinement.NO_NETWORK: _no_network,
         Confinement.UNPRIVILEGED: lambda: _unprivileged(UID_BASE - 1),
@@ -264,8 +309,10 @@ class Plan:
         if not network:
             asked.add(Confinement.NO_NETWORK)
         if unprivileged:
-            asked.add(Confinement.UNPRIVILEGED)
+            asked |= {Confinement.UNPRIVILEGED, Confinement.SEALED}
         applied = {confinement for confinement in asked if permitted(confinement)}
+        if Confinement.PRIVATE_SHM not in applied:  # sealed around its own tmpfs, or not
+            applied.discard(Confinement.SEALED)
         # No uid free (a block's worth of calls at once, or held by what calls left running):
         # the call is not made (see enter), rather than made as the caller.
         uid = uids.take() if Confinement.UNPRIVILEGED in applied and not apart else None
@@ -300,11 +347,14 @@ class Plan:
         applied = self.applied
         try:
             if Confinement.PRIVATE_SHM in applied:
-                if not _private_shm(self.shm_mb):
+                sealed = Confinement.SEALED in applied
+                if not _private_shm(self.shm_mb, sealed):
                     return False
                 os.mkdir(_SHM_TMP)
                 os.chmod(_SHM_TMP, 0o1777)  # noqa: S103 - as /tmp: the call may drop its uid
                 self.tmpdir = _SHM_TMP.decode()
+                if sealed and not _private_tmp():
+                    return False
             if self.tmpdir is not None:
                 os.environ["TMPDIR"] = self.tmpdir
                 tempfile.tempdir = self.tmpdir

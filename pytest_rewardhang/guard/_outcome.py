@@ -81,6 +81,10 @@ class Confinement(enum.StrEnum):
     #: SysV shared memory, semaphores and message queues it makes are gone with it, and it
     #: sees nobody else's.
     PRIVATE_IPC = "private-ipc"
+    #: With ``unprivileged=True``: every mount the call sees is read-only but its own tmpfs
+    #: (``/dev/shm``), which ``/tmp`` and ``/var/tmp`` are too: it can leave nothing anywhere
+    #: that outlives it or that another process reads, nor meet one at a socket's path.
+    SEALED = "sealed"
 
 
 #: No confinement applied: the in-process fallbacks, and a pool's items.

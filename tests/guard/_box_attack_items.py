@@ -7,6 +7,7 @@ import array
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import socket
 import stat
@@ -17,6 +18,8 @@ from pathlib import Path
 #: Every folder a process of no group may write on a usual Linux (world-writable, sticky):
 #: none is the call's own, and each outlives it.
 SHARED_FOLDERS = ("/tmp", "/var/tmp", "/run/lock")  # noqa: S108 - the attack's point
+#: Where two processes of two uids might meet at a socket's path.
+MEETING_FOLDERS = (*SHARED_FOLDERS, "/dev/shm")  # noqa: S108 - the attack's point
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -50,21 +53,36 @@ def identity() -> tuple[int, int]:
 # --- two items meeting through a socket in a shared folder, descriptors passed --------------
 
 
-def hand_over_channel(path: str, wait_s: float) -> str:
-    """Listen on a unix socket at ``path`` (a shared folder, outside any network namespace) and
-    hand the first caller this item's own descriptors: its result channel, output and stack
-    pipes (SCM_RIGHTS); then wait, as a slow item, while the other uses them."""
+def hand_over_channel(name: str, wait_s: float) -> str:
+    """Listen on a unix socket called ``name`` in every shared folder this process may bind
+    one in (outside any network namespace), and hand the first caller this item's own
+    descriptors: its result channel, output and stack pipes (SCM_RIGHTS); then wait, as a slow
+    item, while the other uses them."""
     fds = [fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 0]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
-        server.bind(path)
-        os.chmod(path, 0o777)  # noqa: S103 - for the other uid
-        server.listen(1)
-        server.settimeout(wait_s)
-        conn, _ = server.accept()
+    servers = []
+    for folder in MEETING_FOLDERS:
+        path = os.path.join(folder, name)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            server.bind(path)
+            os.chmod(path, 0o777)  # noqa: S103 - for the other uid
+            server.listen(1)
+        except OSError:
+            server.close()
+            continue
+        servers.append(server)
+    try:
+        ready, _, _ = select.select(servers, [], [], wait_s)
+        if not ready:
+            return "nobody came"
+        conn, _ = ready[0].accept()
         with conn:
             fine = [fd for fd in fds if _open(fd)]
             socket.send_fds(conn, [b"%d" % len(fine)], fine)
             conn.recv(1)  # until the other is done with them
+    finally:
+        for server in servers:
+            server.close()
     time.sleep(1.0)
     return "honest answer"
 
@@ -77,16 +95,20 @@ def _open(fd: int) -> bool:
     return True
 
 
-def take_channel(path: str, wait_s: float) -> list[str]:
-    """Connect to :func:`hand_over_channel`'s socket; what descriptors came over (their
-    targets): another item's, held here."""
+def take_channel(name: str, wait_s: float) -> list[str]:
+    """Connect to :func:`hand_over_channel`'s socket, wherever it is found; what descriptors
+    came over (their targets): another item's, held here."""
     end = time.monotonic() + wait_s
-    while not os.path.exists(path):
+    while True:
+        found = [os.path.join(f, name) for f in MEETING_FOLDERS]
+        found = [path for path in found if os.path.exists(path)]
+        if found:
+            break
         if time.monotonic() > end:
             return []
         time.sleep(0.01)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.connect(path)
+        conn.connect(found[0])
         _, fds, _, _ = socket.recv_fds(conn, 64, 16)
         got = [os.readlink(f"/proc/self/fd/{fd}") for fd in fds]
         for fd in fds:
@@ -98,27 +120,26 @@ def take_channel(path: str, wait_s: float) -> list[str]:
 # --- a process that outlives its call, waiting for its uid to come back ---------------------
 
 
-def leave_a_watcher(uid_file: str, seen_file: str, wait_s: float) -> int:
+def leave_a_watcher(wait_s: float) -> int:
     """Turn off this process's subreaper (``prctl``), double-fork, and leave a process that
     outlives the call: it waits (``wait_s`` at most) for another process of its own uid to
-    appear, records it, and sends it SIGKILL. This call's uid, which it returns."""
+    appear, and sends it SIGKILL. This call's uid, which it returns."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
     uid = os.getuid()
-    Path(uid_file).write_text(str(uid))
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the leaver
         try:
             os.setsid()
             if os.fork() == 0:
-                _watch_for(uid, seen_file, wait_s)
+                _watch_for(uid, wait_s)
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
     return uid
 
 
-def _watch_for(uid: int, seen_file: str, wait_s: float) -> None:  # pragma: no cover - leftover
+def _watch_for(uid: int, wait_s: float) -> None:  # pragma: no cover - leftover
     me = os.getpid()
     for fd in range(3):
         with contextlib.suppress(OSError):
@@ -134,7 +155,6 @@ def _watch_for(uid: int, seen_file: str, wait_s: float) -> None:  # pragma: no c
         for pid in _of_uid(uid, me):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-                Path(seen_file).write_text(str(pid))
                 return
         time.sleep(0.002)
 
@@ -179,28 +199,23 @@ def leave_or_find(what: str, name: str) -> object:
     return leave(name, "the expected output is 42") if what == "leave" else find(name)
 
 
-def report_uid_and_wait(path: str, until: str, wait_s: float) -> int:
-    """Write this process's uid to ``path``, then wait until ``until`` exists (``wait_s`` at
-    most): one of many calls alive at once."""
-    Path(path + ".tmp").write_text(str(os.getuid()))
-    os.rename(path + ".tmp", path)
+def wait_for(release: str, wait_s: float) -> int:
+    """Wait until ``release`` exists (``wait_s`` at most; a folder of the caller's that every
+    uid may read, where none may write): one of many calls alive at once. Its uid."""
     end = time.monotonic() + wait_s
-    while not os.path.exists(until) and time.monotonic() < end:
+    while not os.path.exists(release) and time.monotonic() < end:
         time.sleep(0.05)
     return os.getuid()
 
 
-def uid_reuse(shared: str) -> dict[str, object]:
+def uid_reuse() -> dict[str, object]:
     """The whole attack, in a fresh caller (whose containment its environment chose): a call
     leaves a process that waits for its uid to come back (:func:`leave_a_watcher`); the calls
     after it go one after another until the one given that uid again, an honest call that
     takes a second. What each came to."""
     from pytest_rewardhang.guard import _confine, run
 
-    seen = os.path.join(shared, "seen")
-    out = run(
-        leave_a_watcher, (os.path.join(shared, "uid"), seen, 120.0), budget=30.0, unprivileged=True
-    )
+    out = run(leave_a_watcher, (120.0,), budget=30.0, unprivileged=True)
     came: dict[str, object] = {"leaver": out.value, "containment": out.containment.value}
     if out.value is None:
         return came
@@ -210,7 +225,7 @@ def uid_reuse(shared: str) -> dict[str, object]:
         if run(os.getuid, budget=30.0, unprivileged=True).value == before:
             break
     victim = run(wait_and_answer_uid, (2.0,), budget=30.0, unprivileged=True)
-    came.update(victim=victim.status.value, victim_uid=victim.value, seen=os.path.exists(seen))
+    came.update(victim=victim.status.value, victim_uid=victim.value)
     time.sleep(0.2)
     left = _of_uid(out.value, os.getpid())
     came["left"] = left
@@ -224,10 +239,10 @@ _SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 _CLONE_PARENT = 0x00008000
 
 
-def clone_parent(seconds: float, pidfile: str = "") -> int:
+def clone_parent(seconds: float) -> int:
     """Start a process as its parent's child, not this one's (``clone(CLONE_PARENT)``, a plain
     call any uid may make): outside the call's subtree from its first instruction. It waits
-    ``seconds``, then exits. Its pid (also written to ``pidfile`` if given)."""
+    ``seconds``, then exits. Its pid."""
     libc = ctypes.CDLL(None, use_errno=True)
     pid = libc.syscall(_SYS_CLONE[os.uname().machine], _CLONE_PARENT | signal.SIGCHLD, 0, 0, 0, 0)
     if pid == 0:  # pragma: no cover - the sibling
@@ -237,8 +252,6 @@ def clone_parent(seconds: float, pidfile: str = "") -> int:
             os._exit(0)
     if pid < 0:
         raise OSError(ctypes.get_errno(), "clone")
-    if pidfile:
-        Path(pidfile).write_text(str(pid))
     return int(pid)
 
 
@@ -277,9 +290,9 @@ def clone_parent_scenario(unprivileged: bool, seconds: float) -> dict[str, objec
     }
 
 
-def meet(what: str, path: str, wait_s: float) -> object:
-    """One pool serving both ends: ``("hand", path, wait_s)``, ``("take", path, wait_s)``."""
-    return hand_over_channel(path, wait_s) if what == "hand" else take_channel(path, wait_s)
+def meet(what: str, name: str, wait_s: float) -> object:
+    """One pool serving both ends: ``("hand", name, wait_s)``, ``("take", name, wait_s)``."""
+    return hand_over_channel(name, wait_s) if what == "hand" else take_channel(name, wait_s)
 
 
 def forge_handed_time(slept_s: float) -> None:
@@ -332,13 +345,12 @@ def core_scenario(kind: str, unprivileged: bool) -> dict[str, object]:
     return {"status": out.status.value, "left": sorted(os.listdir("."))}
 
 
-def clone_or_look(what: str, pidfile: str) -> object:
-    """One pool serving both: ``("clone", pidfile)`` starts a sibling that runs a minute
-    (:func:`clone_parent`); ``("look", pidfile)``: whether that sibling still runs (not a
+def clone_or_look(what: str, pid: int = 0) -> object:
+    """One pool serving both: ``("clone",)`` starts a sibling that runs a minute
+    (:func:`clone_parent`), its pid; ``("look", pid)``: whether that sibling still runs (not a
     zombie, not gone)."""
     if what == "clone":
-        return clone_parent(60.0, pidfile)
-    pid = int(Path(pidfile).read_text())
+        return clone_parent(60.0)
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
     except OSError:

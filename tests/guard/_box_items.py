@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_rewardhang.guard._confine import UID_BASE
+
 #: A SysV key no other test uses.
 SHM_KEY = 0x52574847  # "RWHG"
 _IPC_CREAT = 0o1000
@@ -71,15 +73,36 @@ def act_on(pids: list[int]) -> dict[str, str]:
     return came
 
 
-def wait_beside(pidfile: str, until: str) -> int:
-    """Say where this process is (its pid, in ``pidfile``), then wait until ``until`` exists
-    (bounded: 30 s): a guarded process the others try to act on."""
-    Path(pidfile + ".tmp").write_text(str(os.getpid()))
-    os.rename(pidfile + ".tmp", pidfile)
+def wait_beside(until: str, pidfile: str = "") -> int:
+    """Wait until ``until`` exists (bounded: 30 s), where every uid may read it and none may
+    write: a guarded process the others try to act on. Its pid, also written to ``pidfile``
+    if given (a root call's, which may write the test's folder)."""
+    if pidfile:
+        Path(pidfile + ".tmp").write_text(str(os.getpid()))
+        os.rename(pidfile + ".tmp", pidfile)
     end = time.monotonic() + 30
     while not os.path.exists(until) and time.monotonic() < end:
         time.sleep(0.01)
     return os.getpid()
+
+
+def guarded_children(parent: int) -> dict[int, int]:
+    """The children of ``parent`` that run under a uid of their own (``unprivileged=True``),
+    by pid, with their uids: how a test finds the guarded processes it started, which can
+    tell it nothing themselves (they may write nowhere it can read)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{name}/status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        uid = int(fields["Uid"].split()[0])
+        if int(fields["PPid"]) == parent and uid >= UID_BASE:
+            found[int(name)] = uid
+    return found
 
 
 def shared_memory(size: int) -> int:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,3 +51,17 @@ def containment(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     if request.param == "subreaper":
         monkeypatch.setenv(_cgroup.CGROUP_ENV, "0")
     return str(request.param)
+
+
+@pytest.fixture
+def readable() -> Iterator[Path]:
+    """A folder of the test's that every uid may read and none but root may write: where it
+    tells unprivileged guarded processes something (their own writable folders, in a sealed
+    mount namespace, are theirs alone; nowhere else may they write). Removed after."""
+    base = "/run" if os.path.isdir("/run") else None
+    folder = Path(tempfile.mkdtemp(prefix="rewardhang-test-", dir=base))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -55,7 +53,7 @@ class Holdings:
             pidfile = str(tmp_path / f"beside-{n}")
             thread = threading.Thread(
                 target=run,
-                args=(_box_items.wait_beside, (pidfile, str(self.done))),
+                args=(_box_items.wait_beside, (str(self.done), pidfile)),
                 kwargs={"budget": BUDGET},
             )
             thread.start()
@@ -192,39 +190,33 @@ def test_an_isolated_item_does_not_map_its_workers_fence() -> None:
 # --- identities -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    """A folder every uid may write (the test's own are root's alone), removed after."""
-    folder = Path(tempfile.mkdtemp(prefix="rewardhang-box-", dir="/tmp"))
-    folder.chmod(0o1777)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 @needs(Confinement.UNPRIVILEGED, "a root caller")
-def test_no_unprivileged_guarded_process_can_act_on_another(shared_tmp: Path) -> None:
+def test_no_unprivileged_guarded_process_can_act_on_another(readable: Path) -> None:
     """Every kind of guarded process, unprivileged, tries every way to act on every other and
     on the caller (signal, memory, ``/proc`` files, limits, ptrace): each is refused. The
     targets: the caller, two pools' zygotes, their warm and isolating workers, a ``run()``
     child and an isolated item waiting beside."""
-    done = str(shared_tmp / "done")
-    beside_run, beside_item = str(shared_tmp / "run"), str(shared_tmp / "item")
+    done = str(readable / "done")
     warm = Pool(_box_items.item, workers=2, budget=BUDGET, unprivileged=True)
     isolating = Pool(_box_items.item, workers=2, budget=BUDGET, unprivileged=True, isolate=True)
     waiting = threading.Thread(
         target=run,
-        args=(_box_items.wait_beside, (beside_run, done)),
+        args=(_box_items.wait_beside, (done,)),
         kwargs={"budget": BUDGET, "unprivileged": True},
     )
     try:
         waiting.start()
-        item = isolating.submit("wait_beside", beside_item, done)
-        _await_file(beside_run)
-        _await_file(beside_item)
-        targets = [os.getpid(), int(Path(beside_run).read_text())]
-        targets.append(int(Path(beside_item).read_text()))
+        item = isolating.submit("wait_beside", done)
+        workers = [worker.pid for worker in isolating._engine.workers.values()]
+        beside: dict[int, int] = {}
+        end = time.monotonic() + BUDGET
+        while len(beside) < 2:  # the run() child (ours), the isolated item (a worker's)
+            assert time.monotonic() < end, f"the processes waiting beside never came: {beside}"
+            time.sleep(0.01)
+            beside = _box_items.guarded_children(os.getpid())
+            for worker in workers:
+                beside.update(_box_items.guarded_children(worker))
+        targets = [os.getpid(), *beside]
         for pool in (warm, isolating):
             zygote = pool._engine.zygote
             assert zygote is not None

@@ -11,10 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -26,6 +24,7 @@ import pytest
 
 from pytest_rewardhang.guard import Confinement, Pool, Status, _confine, run
 from tests.guard import _box_attack_items as items
+from tests.guard._box_items import guarded_children
 from tests.guard.test_confinement import needs
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("no_leaks")]
@@ -56,31 +55,10 @@ def left_name() -> Iterator[str]:
                 os.unlink(os.path.join(folder, name))
 
 
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    """A folder every uid may write (pytest's own are root's alone), removed after."""
-    folder = Path(tempfile.mkdtemp(prefix="rewardhang-attack-", dir="/tmp"))
-    folder.chmod(0o1777)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 # --- the shared folders: what a call leaves there outlives it and reaches later items ---------
 
 
 @root_only
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "an unprivileged call may still write the machine's world-writable folders (/tmp, "
-        "/var/tmp, /run/lock): what it leaves there outlives it, and the next isolated item, "
-        "under another uid, reads it. Fix: in the box's mount namespace, a private tmpfs (or "
-        "the call's own /dev/shm/tmp, bind-mounted) over each world-writable folder, as "
-        "systemd's PrivateTmp and bubblewrap's --tmpfs do"
-    ),
-)
 def test_an_isolated_item_leaves_nothing_in_the_shared_folders_for_the_next(
     left_name: str,
 ) -> None:
@@ -104,9 +82,7 @@ def test_an_isolated_item_leaves_nothing_in_the_shared_folders_for_the_next(
 @root_only
 @pytest.mark.slow
 @pytest.mark.parametrize("containment", ["cgroups", "subreaper"])
-def test_a_uid_is_not_handed_out_again_while_a_leftover_holds_it(
-    containment: str, shared_tmp: Path
-) -> None:
+def test_a_uid_is_not_handed_out_again_while_a_leftover_holds_it(containment: str) -> None:
     """A call leaves a process behind that waits for its own uid to come back, then kills
     whatever holds it; the calls after it go one by one, a round through the block, until
     the one that would be given that uid again: an honest call, which must answer. With
@@ -116,10 +92,10 @@ def test_a_uid_is_not_handed_out_again_while_a_leftover_holds_it(
     env = {**os.environ, "PYTEST_REWARDHANG_CGROUP": "0" if containment == "subreaper" else "1"}
     code = (
         "import json, sys; from tests.guard._box_attack_items import uid_reuse; "
-        "print(json.dumps(uid_reuse(sys.argv[1])))"
+        "print(json.dumps(uid_reuse()))"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, str(shared_tmp)],
+        [sys.executable, "-c", code],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -130,8 +106,7 @@ def test_a_uid_is_not_handed_out_again_while_a_leftover_holds_it(
     assert done.returncode == 0, done.stderr
     came = json.loads(done.stdout.splitlines()[-1])
     assert came["containment"] == ("subreaper" if containment == "subreaper" else "cgroup")
-    assert not came["seen"], "a leftover of an earlier call found a later one by its uid"
-    assert came["victim"] == "ok", came
+    assert came["victim"] == "ok", "a leftover of an earlier call found a later one by its uid"
     if containment == "cgroups":
         assert came["left"] == [], "a process of the call outlived it"
     else:  # known to outlive its call there: it keeps its uid to itself
@@ -141,40 +116,37 @@ def test_a_uid_is_not_handed_out_again_while_a_leftover_holds_it(
 
 @root_only
 @pytest.mark.slow
-def test_no_unprivileged_call_runs_as_root_however_many_run_at_once(shared_tmp: Path) -> None:
-    """More unprivileged ``run()`` calls at once than a process has uids: each writes the uid
-    it runs as and waits until all have started (or been refused); none may run as root, or
-    share a uid: one that finds none free is not made."""
+def test_no_unprivileged_call_runs_as_root_however_many_run_at_once(readable: Path) -> None:
+    """More unprivileged ``run()`` calls at once than a process has uids: each waits until all
+    have started (or been refused); none may run as root, or share a uid: one that finds none
+    free is not made."""
     calls = _confine.UID_BLOCK + 8
-    release = str(shared_tmp / "go")
+    release = str(readable / "go")
     outs: list[Any] = [None] * calls
+    running: dict[int, int] = {}
 
     def call(n: int) -> None:
-        outs[n] = run(
-            items.report_uid_and_wait,
-            (str(shared_tmp / f"uid-{n}"), release, 120.0),
-            budget=180.0,
-            unprivileged=True,
-        )
+        outs[n] = run(items.wait_for, (release, 120.0), budget=180.0, unprivileged=True)
 
     threads = [threading.Thread(target=call, args=(n,)) for n in range(calls)]
     try:
         for thread in threads:
             thread.start()
         end = time.monotonic() + 180
-        # Until each has started (its file) or was refused (its outcome, before the release).
+        # Until each runs (a child of ours, under a uid of its own) or was refused (its
+        # outcome, before the release).
         while time.monotonic() < end:
-            started = len(list(shared_tmp.glob("uid-*")))
-            if started + sum(out is not None for out in outs) >= calls:
+            running = guarded_children(os.getpid())
+            if len(running) + sum(out is not None for out in outs) >= calls:
                 break
             time.sleep(0.1)
     finally:
         Path(release).touch()
         for thread in threads:
             thread.join(200)
-    uids = [int(path.read_text()) for path in shared_tmp.glob("uid-*")]
+    assert len(set(running.values())) == len(running), "two calls at once under one uid"
+    uids = [out.value for out in outs if out.status is Status.OK]
     assert [uid for uid in uids if uid < _confine.UID_BASE] == []
-    assert len(set(uids)) == len(uids)
     # Those that found no uid free were not made: each a crash of its own, never run.
     unmade = [out for out in outs if out.status is not Status.OK]
     assert len(uids) + len(unmade) == calls
@@ -245,26 +217,18 @@ def test_a_sibling_started_with_clone_parent_is_not_left_to_the_caller(
 
 
 @root_only
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "network=False takes the network namespace's sockets away, not the file system's: two "
-        "isolated items of two pools, under two uids, meet at a unix socket in /tmp, and one "
-        "hands the other its own result channel, output and stack pipes (SCM_RIGHTS). Fix: as "
-        "for the shared folders, a private tmpfs over each world-writable folder"
-    ),
-)
-def test_isolated_items_of_two_pools_cannot_meet_to_pass_descriptors(shared_tmp: Path) -> None:
-    """Item A, in one pool, listens on a socket in a shared folder and hands its descriptors
-    to whoever connects; item B, in another pool, connects. B must get nothing of A's."""
-    path = str(shared_tmp / "meet.sock")
+def test_isolated_items_of_two_pools_cannot_meet_to_pass_descriptors() -> None:
+    """Item A, in one pool, listens on a socket in every shared folder it may and hands its
+    descriptors to whoever connects; item B, in another pool, looks for it there and
+    connects. B must get nothing of A's: each has the world-writable folders as its own."""
+    path = f"meet-{uuid.uuid4().hex[:8]}.sock"
     with (
         Pool(items.meet, workers=1, budget=BUDGET, isolate=True, **ALL_ON) as one,
         Pool(items.meet, workers=1, budget=BUDGET, isolate=True, **ALL_ON) as other,
     ):
-        handing = one.submit("hand", path, 10.0)
-        took = other.submit("take", path, 10.0).result(BUDGET)
-        handing.result(BUDGET)
+        handing = one.submit("hand", path, 3.0)
+        took = other.submit("take", path, 3.0).result(BUDGET)
+        assert handing.result(BUDGET).value == "nobody came"
     assert took.status is Status.OK, took.describe()
     assert Confinement.NO_NETWORK in took.confined
     assert took.value == [], f"an item held another's descriptors: {took.value}"
@@ -328,17 +292,17 @@ def test_a_call_that_crashes_leaves_no_core_in_the_callers_folder(
 @pytest.mark.parametrize("options", [{}, ALL_ON], ids=["defaults", "all-on"])
 @pytest.mark.parametrize("isolate", [False, True], ids=["warm", "isolated"])
 def test_a_pool_items_sibling_is_gone_before_the_next_item(
-    isolate: bool, options: dict[str, Any], shared_tmp: Path, containment: str
+    isolate: bool, options: dict[str, Any], containment: str
 ) -> None:
     """An item starts a process as its parent's child (the zygote's, for a warm item; its
     worker's, for an isolated one): the next item of the pool finds it gone, its workers in
     cgroups or found by their subreapers alone."""
     if options and os.geteuid() != 0:
         pytest.skip("unprivileged=True needs a root caller")
-    pidfile = str(shared_tmp / "sibling")
     with Pool(items.clone_or_look, workers=1, budget=BUDGET, isolate=isolate, **options) as pool:
-        cloned, looked = pool.map([("clone", pidfile), ("look", pidfile)])
-    assert cloned.status is Status.OK, cloned.describe()
+        [cloned] = pool.map([("clone",)])
+        assert cloned.status is Status.OK, cloned.describe()
+        [looked] = pool.map([("look", cloned.value)])
     assert looked.status is Status.OK, looked.describe()
     assert looked.value is False, "an earlier item's process ran on into the next item"
 
