@@ -67,7 +67,7 @@ UID_BLOCK = 1 << 9
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWNET = 0x40000000
-_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_PRIVATE = 2, 4, 4096, 1 << 18
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_PRIVATE = 2, 4, 8, 4096, 1 << 18
 #: ``mount_setattr(2)``: its number (the same on every architecture since Linux 5.12), and its
 #: flags.
 _SYS_MOUNT_SETATTR = 442
@@ -77,6 +77,7 @@ _WRITABLE = (b"/proc", b"/sys/fs/cgroup")
 #: The world-writable folders a sealed call has as its own (see _private_tmp).
 _TMP_FOLDERS = (b"/tmp", b"/var/tmp")
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_DUMPABLE = 4
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
 _SHM = b"/dev/shm"
 _SHM_TMP = b"/dev/shm/tmp"
@@ -217,9 +218,20 @@ def _private_shm(size_mb: float | None, sealed: bool = False) -> bool:  # pragma
         for writable in _WRITABLE:
             if os.path.isdir(writable) and not _mount_attr(writable, clear=_MOUNT_ATTR_RDONLY):
                 return False
+        if not _private_proc():
+            return False
     return _call("mount", None, _SHM, None, _MS_PRIVATE, None) and _call(
         "mount", b"tmpfs", _SHM, b"tmpfs", _MS_NOSUID | _MS_NODEV, options
     )
+
+
+def _private_proc() -> bool:  # pragma: no cover - child only
+    """In a sealed mount namespace: a ``/proc`` of its own that lists only the processes the
+    call may trace (``hidepid=invisible``, an option of this mount alone since Linux 5.8, which
+    ``mount_setattr``'s 5.12 implies): no other call's command line or status. Root (a zygote,
+    an isolating worker) still sees every process."""
+    flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    return _call("mount", b"proc", b"/proc", b"proc", flags, b"hidepid=invisible")
 
 
 def _private_tmp() -> bool:  # pragma: no cover - child only
@@ -255,6 +267,11 @@ def _unprivileged(uid: int) -> bool:  # pragma: no cover - child only
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
+    # The change of uid made it not dumpable: its own /proc files root's, itself and its
+    # children hidden from one another in a sealed /proc (hidepid), which the guard's own
+    # walks of a call's processes read. Its uid is its own: no other process shares it.
+    if not _call("prctl", _PR_SET_DUMPABLE, 1, 0, 0, 0):
+        return False
     # What root was permitted, a guard nested in the call is not: probed again there.
     _permitted.clear()
     return os.getresuid() == (uid, uid, uid) and os.getresgid() == (uid, uid, uid)

@@ -82,8 +82,9 @@ class Confinement(enum.StrEnum):
     #: sees nobody else's.
     PRIVATE_IPC = "private-ipc"
     #: With ``unprivileged=True``: every mount the call sees is read-only but its own tmpfs
-    #: (``/dev/shm``), which ``/tmp`` and ``/var/tmp`` are too: it can leave nothing anywhere
-    #: that outlives it or that another process reads, nor meet one at a socket's path.
+    #: (``/dev/shm``), which ``/tmp`` and ``/var/tmp`` are too, and its ``/proc`` lists its own
+    #: processes alone: it can leave nothing anywhere that outlives it or that another process
+    #: reads, meet one at a socket's path, or read another's command line.
     SEALED = "sealed"
 
 

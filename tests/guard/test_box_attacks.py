@@ -311,16 +311,6 @@ def test_a_pool_items_sibling_is_gone_before_the_next_item(
 
 
 @root_only
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "/proc lets any uid read every process's command line: an isolated, unprivileged item "
-        "reads the test input another item's program was given on its command line (and its "
-        "status, its children, its times). Fix: in the box's mount namespace (its /proc made "
-        "private first, so nothing propagates back), a procfs of its own mounted with "
-        "hidepid=invisible before the uid is dropped: a process then sees only its uid's"
-    ),
-)
 def test_an_isolated_item_cannot_read_another_items_program_arguments() -> None:
     """Item A, in one pool, runs its program with the test's input on the command line, as a
     scorer does; item B, in another pool, concurrently, looks for it in /proc."""
