@@ -237,11 +237,11 @@ def _private_proc() -> bool:  # pragma: no cover - child only
 def _private_tmp() -> bool:  # pragma: no cover - child only
     """In a sealed mount namespace: ``/tmp`` and ``/var/tmp`` are the call's own
     ``/dev/shm/tmp``, where a program that names them finds room, of its own."""
-    for folder in _TMP_FOLDERS:
-        if os.path.isdir(folder) and not os.path.islink(folder):
-            if not _call("mount", _SHM_TMP, folder, None, _MS_BIND, None):
-                return False
-    return True
+    return all(
+        _call("mount", _SHM_TMP, folder, None, _MS_BIND, None)
+        for folder in _TMP_FOLDERS
+        if os.path.isdir(folder) and not os.path.islink(folder)
+    )
 
 
 def _private_ipc() -> bool:  # pragma: no cover - child only
