@@ -20,7 +20,7 @@ from typing import Any
 from ._answers import Answers
 from ._driver import CLOSED, Driver
 from ._fork import Confining
-from ._handle import DEAD, STARTING, Worker
+from ._handle import DEAD, NOT_STARTED, STARTING, Worker
 from ._interrupts import hold, let_in, release
 from ._launch import START_TIMEOUT_S, PoolError, Zygote
 from ._ledger import Batch
@@ -286,7 +286,10 @@ class Engine(Driver):
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(worker.pidfd, DUMP_SIGNAL)
             if now >= start + self.budget:
-                self.processes.kill(worker, index, now)
+                # Its frame still in the pipe: the worker stopped reading its tasks (an item
+                # put another file there), and this item never started. It runs elsewhere.
+                unread = worker.never_read(worker.sent[0])
+                self.processes.kill(worker, NOT_STARTED if unread else index, now)
                 # Fenced: what waits behind it never starts. It goes to the replacement now,
                 # not when the zygote reports this one's end, after the kernel tore it down.
                 self._take_back(worker, keep=1)
@@ -351,6 +354,7 @@ class Engine(Driver):
         if self.closed:
             return
         self.closed = True
+        self.answers.decoder.close()
         self.processes.stop()
 
 

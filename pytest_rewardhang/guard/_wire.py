@@ -154,6 +154,40 @@ class ResultFields(NamedTuple):
     number: float
 
 
+#: What a worker's answer may say of its item, whatever it claims: a frame is the call's to
+#: forge, so every number in it is checked against what the caller's own clock allows before
+#: any of it is used (a wall time of 5e-324 drove the scheduler's mean to where dividing by it
+#: raised OverflowError in the caller). Times the caller keeps (deadlines, the next item's
+#: start) are its own clock's; ``end`` is never believed.
+#: Slack for the worker's clock reads against the caller's, around one item.
+CLOCK_SLACK_S = 1.0
+#: Processes an item can have left (the kernel's largest pid_max).
+LEAKED_LIMIT = 1 << 22
+#: Bytes of output a worker can have thrown away per second (far above any pipe's speed).
+DROPPED_PER_S = 1 << 36
+_CPUS = os.cpu_count() or 1
+_RSS_LIMIT_KIB = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 1024 * 2
+
+
+def implausible(fields: ResultFields, ran_s: float, lived_s: float) -> str | None:
+    """What in ``fields`` no worker can have measured, if anything: ``ran_s`` is how long
+    since the caller handed the item, ``lived_s`` since it asked for the worker."""
+    ran = ran_s + CLOCK_SLACK_S
+    checks = (
+        ("wall", fields.wall, ran),
+        ("cpu", fields.cpu, ran * _CPUS),
+        ("cpu_total", fields.cpu_total, (lived_s + CLOCK_SLACK_S) * _CPUS),
+        ("rss_kib", fields.rss_kib, _RSS_LIMIT_KIB),
+        ("leaked", fields.leaked, LEAKED_LIMIT),
+        ("dropped", fields.dropped, ran * DROPPED_PER_S),
+    )
+    for name, value, limit in checks:
+        # ``not`` of the comparison: NaN fails every one.
+        if not 0 <= value <= limit:
+            return f"{name} {value!r} outside [0, {limit:g}]"
+    return None
+
+
 #: The index result_frames gives bytes that are not a result frame: no item has it, so the
 #: caller takes them for an answer the worker should not have sent, and replaces the worker.
 NO_ITEM = (1 << 64) - 1

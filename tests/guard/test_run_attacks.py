@@ -368,10 +368,10 @@ def test_the_key_limit_is_per_dict_and_the_scan_is_linear() -> None:
     out = run(many_small_int_dicts, budget=30.0)
     assert out.ok, out.error
     assert out.value == many_small_int_dicts()
-    # A pickle a scan could be made quadratic on: 200,000 objects on the stack, then 100,000
-    # marks closed on top of them. Read in linear time (a naive search for each mark from the
-    # bottom of the stack would take minutes).
-    forged = b"\x80\x05" + b"N" * 200_000 + b"(t" * 100_000 + b"."
+    # A pickle a scan could be made quadratic on: 120,000 objects on the stack, then 60,000
+    # marks closed on top of them (within OBJECTS_LIMIT). Read in linear time (a naive search
+    # for each mark from the bottom of the stack would take minutes).
+    forged = b"\x80\x05" + b"N" * 120_000 + b"(t" * 60_000 + b"."
     start = time.perf_counter()
     assert decode(forged) == ()
     assert time.perf_counter() - start < 10.0
