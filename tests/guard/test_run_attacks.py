@@ -24,11 +24,12 @@ import pytest
 
 import pytest_rewardhang
 from pytest_rewardhang.guard import CallFailed, Pool, Status, guarded, run
-from pytest_rewardhang.guard._decode import decode
+from pytest_rewardhang.guard._decode import DECODE_TIME_S, decode
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL, RESULT_LIMIT
 from tests._procs import python_c
 from tests.conftest import kill_everything_below, pipes, sigint_storm, state
 from tests.guard._attacks import nested_status_frame
+from tests.guard._forging import crafted
 
 #: Where the package under test is imported from, for the subprocesses.
 ROOT = str(Path(pytest_rewardhang.__file__).resolve().parents[1])
@@ -842,3 +843,39 @@ def test_a_result_past_the_bound_is_an_error_that_says_so() -> None:
     assert big.status is Status.ERROR, big.describe()
     assert "(RESULT_LIMIT)" in (big.error or ""), big.describe()
     assert small.value == b"\0\0\0"
+
+
+@pytest.mark.parametrize(
+    ("kind", "count", "bound"),
+    [
+        ("sets", 200_000, "BUILT_LIMIT"),
+        ("nones", 300_000, "OBJECTS_LIMIT"),
+        ("memo", (1 << 32) - 16, "memo entry"),
+    ],
+)
+@pytest.mark.usefixtures("no_leaks")
+def test_an_answer_that_builds_past_a_bound_is_an_error_naming_it(
+    kind: str, count: int, bound: str
+) -> None:
+    # 200,000 empty sets are 200 KB of pickle and 45 MB built (a 4 MiB answer grew the caller
+    # by 1 GiB); a memo index of 2^32 had the unpickler allocate its memo up to it.
+    start = time.monotonic()
+    out = run(forge_status, (crafted(kind, count, fields=5),), budget=BUDGET)
+    took = time.monotonic() - start
+    assert out.status is Status.ERROR, out.describe()
+    assert bound in (out.error or ""), out.describe()
+    assert took < BUDGET + DECODE_TIME_S + GENEROUS
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_crafted_answer_costs_the_caller_no_more_than_the_decode_bound() -> None:
+    # One-byte opcodes, each read by the caller's check in Python: about 1.7 s a megabyte,
+    # so run() returned 26 s after a 1 s budget. Every opcode now counts as an object made.
+    protocols = b"\x80\x05" * (8 << 20)
+    forged = b"\x80\x05(\x8c\x02ok](" + protocols + b"eNNK\x00t."
+    start = time.monotonic()
+    out = run(forge_status, (forged,), budget=BUDGET)
+    took = time.monotonic() - start
+    assert out.status is Status.ERROR, out.describe()
+    assert "OBJECTS_LIMIT" in (out.error or ""), out.describe()
+    assert took < BUDGET + DECODE_TIME_S + GENEROUS
