@@ -62,10 +62,8 @@ def answer_outcome(
     budget: float,
     objects: bool,
     confined: frozenset[Confinement] = UNCONFINED,
-    since: float | None = None,
 ) -> Outcome:
-    """The outcome of an answer that is not a bare OK float (see RESULT), which came at
-    ``since`` (see _decode.decode)."""
+    """The outcome of an answer that is not a bare OK float: see RESULT."""
     size, output_end = fields.size, at + fields.output_size
     output, dropped = after(drained, bytes(buffer[at:output_end]), fields.dropped)
     common = common_fields(
@@ -81,7 +79,7 @@ def answer_outcome(
     if not size:  # an OK float, with output or leftovers
         return answered(Answer(_OK, fields.number), fields.leaked, common)
     payload = buffer[output_end : output_end + size]
-    answer = item_answer(payload, objects=objects, since=since)
+    answer = item_answer(payload, objects=objects)
     return answered(answer, fields.leaked, common)
 
 
@@ -92,7 +90,7 @@ class Decoder:
     Plain data is checked opcode by opcode before it is built (see _decode's bounds): on the
     loop's thread, a 15 MB list put the other items' deadlines 6 s off; on a thread per answer,
     a hundred of them left the loop one GIL turn in a hundred. One thread leaves it every other
-    turn; each answer is decoded within DECODE_TIME_S of its arrival or is an ERROR.
+    turn; each answer is checked within DECODE_TIME_S of CPU or is an ERROR.
     """
 
     def __init__(self, hand_in: weakref.WeakMethod[Callable[[Decoded], None]]) -> None:
@@ -102,7 +100,7 @@ class Decoder:
         self.thread: threading.Thread | None = None
 
     def put(self, *job: Any) -> None:
-        """Decode ``(index, fields, data, drained, budget, confined, since)`` in turn."""
+        """Decode ``(index, fields, data, drained, budget, confined)`` in turn."""
         if self.thread is None:
             self.thread = threading.Thread(
                 target=_decoding, args=(self.jobs, self.hand_in), name="rewardhang-decode"
@@ -123,9 +121,9 @@ def _decoding(
     hand_in: weakref.WeakMethod[Callable[[Decoded], None]],
 ) -> None:
     while (job := jobs.get()) is not None:
-        index, fields, data, drained, budget, confined, since = job
+        index, fields, data, drained, budget, confined = job
         try:
-            outcome = answer_outcome(fields, data, 0, drained, budget, False, confined, since)
+            outcome = answer_outcome(fields, data, 0, drained, budget, False, confined)
         except BaseException as exc:  # noqa: BLE001 - never a silent loss of the item
             error = f"{said(exc)} in decoding the answer"
             outcome = Outcome(Status.ERROR, error=error, budget=budget)
@@ -320,7 +318,7 @@ class Answers:
             fields = fields._replace(wall=wall)
         if size > _ASIDE_OVER and not self.objects:
             data = bytes(buffer[at : at + fields.output_size + size])
-            self.decoder.put(index, fields, data, drained, self.budget, worker.confined, now)
+            self.decoder.put(index, fields, data, drained, self.budget, worker.confined)
             return
         outcome = answer_outcome(
             fields, buffer, at, drained, self.budget, self.objects, worker.confined

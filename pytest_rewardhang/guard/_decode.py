@@ -132,10 +132,11 @@ OBJECTS_LIMIT = 1 << 18
 #: Bytes of memory the objects take beyond the bytes they hold (a string or bytes' own are
 #: the answer's, bounded by RESULT_LIMIT), as estimated from their opcodes.
 BUILT_LIMIT = 32 << 20
-#: Seconds the check may take, from when the answer came (on a pool, decoding waits its turn
-#: on the pool's one decoding thread): run() and map() return at most this long after the
-#: budget because of what an answer holds, plus building what passed: linear, and bounded by
-#: the two limits above (about 0.2 s of the caller's GIL at worst, on a 2 GHz core).
+#: CPU seconds the check of one answer may take (the thread's own CPU time: a loaded machine
+#: slows it, and refuses nothing more). Then building what passed: linear, and bounded by the
+#: two limits above (about 0.2 s of the caller's GIL at worst, on a 2 GHz core). run()
+#: returns at most that long after its budget because of what the answer holds; a pool
+#: decodes its large answers one at a time, beside its loop (see _answers.Decoder).
 DECODE_TIME_S = 2.0
 #: Keys that are not strings in one dict or set.
 KEYS_LIMIT = 4096
@@ -362,9 +363,9 @@ def _scan(data: bytes | bytearray | memoryview, deadline: float) -> None:
                 f"takes over {BUILT_LIMIT >> 20} MiB of memory to build (BUILT_LIMIT), "
                 f"{built // max(size, 1)} times its size"
             )
-        if not ops % _CLOCK_EVERY and time.monotonic() > deadline:
+        if not ops % _CLOCK_EVERY and time.thread_time() > deadline:
             raise Flooding(
-                f"took the caller over {DECODE_TIME_S:g} s to check (DECODE_TIME_S), at "
+                f"took the caller over {DECODE_TIME_S:g} s of CPU to check (DECODE_TIME_S), at "
                 f"{position} of its {size} bytes"
             )
 
@@ -378,12 +379,10 @@ def decode(
     *,
     objects: bool = False,
     exceptions: bool = False,
-    since: float | None = None,
 ) -> Any:
     """Unpickle what a call's process sent, as the caller does: plain data unless ``objects``.
 
-    Plain data is checked against the bounds above first, its time counted from ``since``
-    (the caller's clock when the answer came; now by default). Raises an Exception
+    Plain data is checked against the bounds above first. Raises an Exception
     (:class:`Refused` for a value that is not plain data, :class:`Flooding` past a bound)
     when it cannot;
     never a BaseException that the pickle chose (with ``objects=True`` a pickle can raise
@@ -394,7 +393,7 @@ def decode(
     if frame is not None:
         return frame
     if not objects:
-        _scan(data, (time.monotonic() if since is None else since) + DECODE_TIME_S)
+        _scan(data, time.thread_time() + DECODE_TIME_S)
         return _PlainUnpickler(data, exceptions=exceptions).load()
     try:
         return pickle.loads(data)
@@ -434,13 +433,10 @@ def run_answer(buffer: bytearray, *, objects: bool = False) -> tuple[Answer, int
     return _answer(status, value, error, exception, objects), leaked
 
 
-def item_answer(
-    payload: bytes | bytearray | memoryview, *, objects: bool = False, since: float | None = None
-) -> Answer:
-    """What a pool worker answered for one item: its result frame's pickled payload, which
-    came at ``since`` (see :func:`decode`)."""
+def item_answer(payload: bytes | bytearray | memoryview, *, objects: bool = False) -> Answer:
+    """What a pool worker answered for one item: its result frame's pickled payload."""
     try:
-        status, value, error, exception = decode(payload, objects=objects, since=since)
+        status, value, error, exception = decode(payload, objects=objects)
     except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the worker
         return _undecodable(exc)
     return _answer(status, value, error, exception, objects)

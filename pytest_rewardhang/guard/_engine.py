@@ -250,6 +250,9 @@ class Engine(Driver):
             earliest = min(earliest, due)
         if self.ledger.suspects and self.settled > time.monotonic():
             earliest = min(earliest, self.settled)
+        retry = self.processes.spawn_due()
+        if retry is not None:
+            earliest = min(earliest, retry)
         if earliest == math.inf:
             return None
         return min(_MAX_POLL_MS, max(0, math.ceil((earliest - time.monotonic()) * 1000)))
