@@ -157,17 +157,34 @@ def connection_limit(workers: int) -> int:
 
 
 def bounded_protocol(limit: int, headers_s: float) -> Any:
-    """uvicorn's HTTP protocol, keeping at most ``limit`` connections open and closing one that
-    has not sent a request's headers ``headers_s`` after it was made (uvicorn waits forever)."""
+    """uvicorn's HTTP protocol, keeping at most ``limit`` connections open: past it, the oldest
+    idle one (no request, or its answer sent) is closed for the new one, or the new one if all
+    are busy; and one that has not sent a request's headers ``headers_s`` after it was made is
+    closed (uvicorn waits forever)."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    #: The open connections, oldest first (a dict for its order and O(1) removal).
+    opened: dict[Any, None] = {}
 
     class Bounded(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
+            opened[self] = None
             if len(self.connections) > limit:
-                transport.abort()  # its connection_lost forgets it
-                return
+                idle = next((c for c in opened if c is not self and c.idle()), self)
+                opened.pop(idle, None)
+                idle.transport.abort()  # its connection_lost forgets it
+                if idle is self:
+                    return
             self.loop.call_later(headers_s, self._close_if_silent)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            opened.pop(self, None)
+            super().connection_lost(exc)
+
+        def idle(self) -> bool:
+            cycle = self.cycle
+            return cycle is None or bool(cycle.response_complete)
 
         def _close_if_silent(self) -> None:
             if self.cycle is None and not self.transport.is_closing():
