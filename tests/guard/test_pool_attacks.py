@@ -923,3 +923,38 @@ def test_innocent_items_beside_large_answers_do_not_time_out() -> None:
         assert innocent.ok, innocent.describe()
         assert big.ok, big.describe()
         assert big.value == [None] * 250_000
+
+
+EMFILE = """
+import os, sys, threading, time
+from pytest_rewardhang.guard import Pool
+from tests.guard._attacks import crash
+
+with Pool(crash, workers=1, budget=5.0) as pool:
+    assert pool.map([("exit",)])[0].status.value == "crashed"  # its replacement is up
+    held = []
+    try:
+        while True:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        pass
+    seen = []
+
+    def give_back():
+        time.sleep(1.0)
+        seen.append(pool.ready)
+        for fd in held[:64]:
+            os.close(fd)
+
+    threading.Thread(target=give_back).start()
+    outs = pool.map([("exit",), ("exit",)])
+    print([o.status.value for o in outs], seen, pool.ready, pool.closed)
+"""
+
+
+def test_a_worker_start_that_fails_for_want_of_descriptors_is_retried() -> None:
+    # Every descriptor taken (a server's idle clients): the replacement of a crashed worker
+    # could not be started, OSError closed the pool for good, and every later item failed.
+    done = python_c(EMFILE, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[0] == "['crashed', 'crashed'] [False] True False", done.stdout
