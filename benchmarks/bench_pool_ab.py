@@ -6,10 +6,11 @@ Each ROOT is a folder holding a `pytest_rewardhang` package, e.g. one made with
 `git archive REV pytest_rewardhang | tar -x -C ROOT`. Each round runs every root once, in a
 fresh process: the best of two serial loops over the scorer's items (`fast`'s 10,000 by
 default, or `medium`'s 1,000), then the best of two `Pool(workers=2, warmup=...)` maps of them,
-and prints the ratio. This VM's speed for work on both vCPUs changes from minute to minute, so
-one full `bench_pool.py` run tells two commits apart only by more than that noise; rounds that
-alternate between them are compared under the same conditions. Prints each root's ratios and
-their median.
+and prints the ratio. ``fast_dict`` and ``fast_list`` are ``fast`` returning a small dict
+and a list of 1,000 floats: the answers whose decoding the guard checks. This VM's speed for
+work on both vCPUs changes from minute to minute, so one full `bench_pool.py` run tells two
+commits apart only by more than that noise; rounds that alternate between them are compared
+under the same conditions. Prints each root's ratios and their median.
 """
 
 from __future__ import annotations
@@ -52,14 +53,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("roots", nargs="+", type=Path, help="folders holding pytest_rewardhang")
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--scorer", choices=("fast", "medium"), default="fast")
+    parser.add_argument(
+        "--scorer", choices=("fast", "medium", "fast_dict", "fast_list"), default="fast"
+    )
     parser.add_argument("--items", type=int, help="default 10,000 (fast), 1,000 (medium)")
     args = parser.parse_args()
     for root in args.roots:
         if not (root / "pytest_rewardhang" / "__init__.py").is_file():
             parser.error(f"{root}: no pytest_rewardhang package in it")
     code = _ONE.format(here=str(HERE))
-    items = args.items or (10_000 if args.scorer == "fast" else 1_000)
+    items = args.items or (1_000 if args.scorer == "medium" else 10_000)
     ratios: dict[Path, list[float]] = {root: [] for root in args.roots}
     for _ in range(args.rounds):
         for root in args.roots:

@@ -280,7 +280,7 @@ class Answers:
             # It retires now: nothing it holds will start. Not on its word alone: an item can
             # set the flag and go on, so the worker is killed (a retiring one is on its way).
             self.ledger.retry.extend(worker.take_back(self.watched, keep=0))
-            if not worker.killed:
+            if not worker.killed and self.processes.zygote is not None:
                 self.processes.kill(worker, index, now)
         elif index == worker.fenced:
             # It may have read the fence after this answer, and retired without a word.
@@ -330,7 +330,7 @@ class Answers:
         killed, and the item it runs is charged (see ``Worker.lost``)."""
         worker.lost = why
         current = worker.current()
-        if current is not None and not worker.killed:
+        if current is not None and not worker.killed and self.processes.zygote is not None:
             self.processes.kill(worker, current[0], time.monotonic())
 
     def died(self, worker: Worker, status: int, cpu: float, rss: float, leaked: int) -> None:

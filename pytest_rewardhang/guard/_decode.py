@@ -30,6 +30,7 @@ import io
 import os
 import pickle
 import pickletools
+import re
 import reprlib
 import signal
 import struct
@@ -222,6 +223,32 @@ _UNSCANNED_UNDER = 1024
 _MEMO_BYTES = (b"p", b"q", b"r")
 
 
+def _too_much_memory(built: int, size: int) -> Flooding:
+    return Flooding(
+        f"takes over {BUILT_LIMIT >> 20} MiB of memory to build (BUILT_LIMIT), "
+        f"{built // max(size, 1)} times its size"
+    )
+
+
+def _runs() -> dict[int, tuple[re.Pattern[bytes], int, int]]:
+    """For each opcode that pushes one scalar of a fixed size (None, True, False, an int of
+    one, two or four bytes, a float): a pattern of a run of it, its length and its cost."""
+    runs = {}
+    for name, cost in (
+        ("NONE", 0), ("NEWTRUE", 0), ("NEWFALSE", 0), ("BININT1", 0), ("BININT2", 32),
+        ("BININT", 32), ("BINFLOAT", 24),
+    ):  # fmt: skip
+        opcode = next(op for op in pickletools.opcodes if op.name == name)
+        code = opcode.code.encode("latin-1")
+        length = 1 + (0 if opcode.arg is None else opcode.arg.n)
+        pattern = re.compile(re.escape(code) + b"." * (length - 1), re.DOTALL)
+        runs[code[0]] = (re.compile(b"(?:" + pattern.pattern + b"){2,}", re.DOTALL), length, cost)
+    return runs
+
+
+_RUNS = _runs()
+
+
 def _too_many_keys() -> Flooding:
     return Flooding(
         f"has a dict or set of over {KEYS_LIMIT} keys that are not strings (KEYS_LIMIT): "
@@ -251,6 +278,24 @@ def _scan(data: bytes | bytearray | memoryview, deadline: float) -> None:
     position = 0
     opcodes, find = _OPCODES, data.find
     while position < size:
+        run = _RUNS.get(data[position])
+        if run is not None:
+            # A run of one scalar's opcodes (a list of floats or ints), read in C: each pushes
+            # one object, of a fixed size.
+            pattern, length, cost = run
+            found = pattern.match(data, position)
+            if found is not None:
+                count = (found.end() - position) // length
+                stack.extend([False] * count)
+                made += count
+                built += cost * count
+                ops += count
+                position = found.end()
+                if made > OBJECTS_LIMIT:
+                    raise Flooding(f"makes over {OBJECTS_LIMIT} objects (OBJECTS_LIMIT)")
+                if built > BUILT_LIMIT:
+                    raise _too_much_memory(built, size)
+                continue
         entry = opcodes.get(data[position])
         if entry is None:
             name = _NAMES.get(data[position], repr(data[position : position + 1]))
@@ -359,10 +404,7 @@ def _scan(data: bytes | bytearray | memoryview, deadline: float) -> None:
         if made > OBJECTS_LIMIT:
             raise Flooding(f"makes over {OBJECTS_LIMIT} objects (OBJECTS_LIMIT)")
         if built > BUILT_LIMIT:
-            raise Flooding(
-                f"takes over {BUILT_LIMIT >> 20} MiB of memory to build (BUILT_LIMIT), "
-                f"{built // max(size, 1)} times its size"
-            )
+            raise _too_much_memory(built, size)
         if not ops % _CLOCK_EVERY and time.thread_time() > deadline:
             raise Flooding(
                 f"took the caller over {DECODE_TIME_S:g} s of CPU to check (DECODE_TIME_S), at "
