@@ -215,12 +215,10 @@ _LENGTH[-5] = struct.Struct("<Q")
 _INDEX = {1: struct.Struct("<B"), 4: struct.Struct("<I")}
 #: Opcodes between two looks at the clock.
 _CLOCK_EVERY = 1 << 14
-#: Pickles this short, with no byte of an opcode that names a memo entry (PUT, BINPUT,
-#: LONG_BINPUT: ``p``, ``q``, ``r``; protocol 4 and later memoize without one) cannot pass a
-#: bound but the memo's: 1 KiB makes under a thousand objects, and a dict of 300 colliding
-#: keys is built in a millisecond. They are not scanned.
+#: Pickles this short cannot pass a bound but the memo's: 1 KiB makes under a thousand
+#: objects, and a dict of 300 colliding keys is built in a millisecond. Only their memo
+#: indexes are checked (see _memo_checked), opcode by opcode but without the stack.
 _UNSCANNED_UNDER = 1024
-_MEMO_BYTES = (b"p", b"q", b"r")
 
 
 def _too_much_memory(built: int, size: int) -> Flooding:
@@ -256,6 +254,37 @@ def _too_many_keys() -> Flooding:
     )
 
 
+def _memo_checked(data: bytes) -> bool:
+    """Whether no memo index in ``data`` is past the opcodes before it (False: scan it whole,
+    which says what is wrong)."""
+    position, size, opcodes = 0, len(data), _OPCODES
+    ops = 0
+    while position < size:
+        entry = opcodes.get(data[position])
+        if entry is None:
+            return False
+        action, length, _, _ = entry
+        position += 1
+        ops += 1
+        if length > 0:
+            if action == _PUT and _INDEX[length].unpack_from(data, position)[0] > ops:
+                return False
+            position += length
+        elif length == -1 or length == -6:  # lines: PUT's index among them
+            if action == _PUT or length == -6:
+                return False
+            end = data.find(b"\n", position)
+            if end < 0:
+                return False
+            position = end + 1
+        elif length < 0:
+            form = _LENGTH[length]
+            if position + form.size > size:
+                return False
+            position += form.size + max(form.unpack_from(data, position)[0], 0)
+    return True
+
+
 def _scan(data: bytes | bytearray | memoryview, deadline: float) -> None:
     """Raise :class:`Flooding` if building ``data`` would pass a bound (see above).
 
@@ -267,7 +296,7 @@ def _scan(data: bytes | bytearray | memoryview, deadline: float) -> None:
     """
     data = bytes(data) if type(data) is not bytes else data
     size = len(data)
-    if size < _UNSCANNED_UNDER and not any(byte in data for byte in _MEMO_BYTES):
+    if size < _UNSCANNED_UNDER and _memo_checked(data):
         return
     stack: list[Any] = []
     push = stack.append
