@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 from ._outcome import Answer, NotStarted, Status
-from ._wire import DUMP_SIGNAL, HEADER, MAGIC, RESULT_LIMIT
+from ._wire import DUMP_SIGNAL, HEADER, LEAKED_LIMIT, MAGIC, RESULT_LIMIT
 
 _OK_VALUE = Status.OK.value
 _ERROR_VALUE = Status.ERROR.value
@@ -257,6 +257,8 @@ def _too_many_keys() -> Flooding:
 def _memo_checked(data: bytes) -> bool:
     """Whether no memo index in ``data`` is past the opcodes before it (False: scan it whole,
     which says what is wrong)."""
+    if b"p" not in data and b"q" not in data and b"r" not in data:
+        return True  # no byte of PUT, BINPUT or LONG_BINPUT anywhere
     position, size, opcodes = 0, len(data), _OPCODES
     ops = 0
     while position < size:
@@ -285,7 +287,7 @@ def _memo_checked(data: bytes) -> bool:
     return True
 
 
-def _scan(data: bytes | bytearray | memoryview, deadline: float) -> None:
+def _scan(data: bytes | bytearray | memoryview) -> None:
     """Raise :class:`Flooding` if building ``data`` would pass a bound (see above).
 
     Follows the unpickler's stack, one entry per object: True for a string (or a tuple of
@@ -298,6 +300,7 @@ def _scan(data: bytes | bytearray | memoryview, deadline: float) -> None:
     size = len(data)
     if size < _UNSCANNED_UNDER and _memo_checked(data):
         return
+    deadline = time.thread_time() + DECODE_TIME_S
     stack: list[Any] = []
     push = stack.append
     marks: list[int] = []  # where each open mark is on the stack
@@ -464,7 +467,7 @@ def decode(
     if frame is not None:
         return frame
     if not objects:
-        _scan(data, time.thread_time() + DECODE_TIME_S)
+        _scan(data)
         return _PlainUnpickler(data, exceptions=exceptions).load()
     try:
         return pickle.loads(data)
@@ -498,7 +501,11 @@ def run_answer(buffer: bytearray, *, objects: bool = False) -> tuple[Answer, int
     try:
         frame = decode(memoryview(buffer)[HEADER.size : HEADER.size + size], objects=objects)
         status, value, error, exception, leaked = frame
-        leaked = int(leaked)
+        if type(leaked) is not int or not 0 <= leaked <= LEAKED_LIMIT:
+            # Checked before any use, as every number a frame carries (see _wire.implausible).
+            raise ValueError(
+                f"the call's process sent a malformed result frame (leaked {leaked!r})"
+            )
     except Exception as exc:  # noqa: BLE001 - e.g. a class that only exists in the child
         return _undecodable(exc), 0
     return _answer(status, value, error, exception, objects), leaked

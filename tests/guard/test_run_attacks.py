@@ -879,3 +879,14 @@ def test_a_crafted_answer_costs_the_caller_no_more_than_the_decode_bound() -> No
     assert out.status is Status.ERROR, out.describe()
     assert "OBJECTS_LIMIT" in (out.error or ""), out.describe()
     assert took < BUDGET + DECODE_TIME_S + GENEROUS
+
+
+@pytest.mark.parametrize("leaked", [-1, 1 << 70, 2.5, "3"])
+@pytest.mark.usefixtures("no_leaks")
+def test_a_forged_leaked_count_is_an_error_not_a_number_believed(leaked: Any) -> None:
+    # The count of processes the child found left running, from its own frame: a forged one
+    # went into the outcome as is.
+    frame = pickle.dumps(("ok", 1.0, None, None, leaked), protocol=pickle.HIGHEST_PROTOCOL)
+    out = run(forge_status, (frame,), budget=BUDGET)
+    assert out.status is Status.ERROR, out.describe()
+    assert "leaked" in (out.error or ""), out.describe()
