@@ -143,12 +143,13 @@ class ResultFields(NamedTuple):
     #: CPU seconds of the item, and of the worker since it started.
     cpu: float
     cpu_total: float
-    #: The worker's monotonic clock when the item ended.
+    #: The worker's monotonic clock when the item ended (the caller uses its own: see
+    #: implausible).
     end: float
     #: The worker's peak resident size so far.
     rss_kib: int
     #: The worker retires after this answer (its state could not be put back): the items
-    #: queued behind it never start.
+    #: queued behind it never start. The caller kills it all the same.
     leaving: bool
     #: The value of an OK call that returned a float, when ``size`` is 0.
     number: float
