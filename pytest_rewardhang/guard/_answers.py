@@ -157,7 +157,7 @@ def death_outcome(
     output, dropped = after(drained, *read_bounded(worker.fds["output_r"], OUTPUT_LIMIT))
     common = common_fields(
         wall,
-        cpu - worker.cpu_base,
+        max(cpu - worker.cpu_base, 0.0),  # NaN (unknown) stays NaN
         rss,
         output_text(output, dropped),
         dropped,
