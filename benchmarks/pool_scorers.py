@@ -80,3 +80,16 @@ def medium(solution_str: str, ground_truth: str) -> float:
     for _ in range(MEDIUM_REPEATS):
         score = fast(solution_str, ground_truth)
     return score
+
+
+def fast_dict(solution_str: str, ground_truth: str) -> dict[str, object]:
+    """``fast``'s score in a small dict with a reason, as reward functions with extra info
+    return it: an answer the caller checks opcode by opcode (see guard._decode)."""
+    score = fast(solution_str, ground_truth)
+    return {"score": score, "reason": "matched" if score else "no match"}
+
+
+def fast_list(solution_str: str, ground_truth: str) -> list[float]:
+    """``fast``'s score and 1,000 per-token rewards: an answer over 4 KiB, which a pool decodes
+    beside its loop."""
+    return [fast(solution_str, ground_truth)] * 1000

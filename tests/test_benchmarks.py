@@ -169,9 +169,10 @@ def test_pool_ab_benchmark_prints_a_median_per_root() -> None:
     )
     assert done.returncode == 0, done.stderr
     rows = table_rows(done.stdout)
-    assert rows[0] == ["root", "median", "rounds"]
+    assert rows[0] == ["root", "median", "rounds", "caller's CPU per item"]
     assert rows[1][0] == f"`{root}`"
     assert len(rows[1][2].split()) == 2
+    assert rows[1][3].endswith(" µs")
 
 
 @pytest.mark.needs_extra("serve")

@@ -303,6 +303,18 @@ def _unshippable(out: Outcome) -> bool:
     return out.not_started is not None
 
 
+#: The most of an outcome's description one log line (or hang_log record) holds, as ``serve``
+#: logs it: an answer's error can be megabytes, and it was logged whole for every sample.
+LOG_DETAIL = 2000
+
+
+def _cut(text: str) -> str:
+    """``text``, cut to :data:`LOG_DETAIL` characters, saying how many more there were."""
+    if len(text) <= LOG_DETAIL:
+        return text
+    return f"{text[:LOG_DETAIL]} [... {len(text) - LOG_DETAIL} more characters]"
+
+
 #: (scorer, why) of each pool that ended under the adapters' samples: said once each.
 _ended: set[tuple[str, str]] = set()
 
@@ -316,7 +328,7 @@ def value_or_default(
     if out.status is Status.ERROR and not (_unshippable(out) or out.pool_ended):
         raise out.to_exception()
     shown = {key: _snippet(value) for key, value in sample.items()}
-    why = out.describe() if out.status is not Status.ERROR else (out.error or "").strip()
+    why = _cut(out.describe() if out.status is not Status.ERROR else (out.error or "").strip())
     if not out.pool_ended:
         log.warning("%s: %s; scored %r for %s", who, why, default, shown)
     elif (who, why) not in _ended:  # one line for all the samples it held; a new pool next

@@ -2,17 +2,19 @@
 
 :class:`Answers` reads each worker's result pipe (and a long item's output, as it comes) and
 accounts for its death; the functions make an :class:`Outcome` of an answer or a death. Runs
-in the caller, on the loop's thread, except for :func:`decode_aside`'s large answers.
+in the caller, on the loop's thread, except for large answers (see :class:`Decoder`).
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import select
 import threading
 import time
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 from ._contain import containment
 from ._decode import died, item_answer, output_text, stack_text
@@ -40,15 +42,16 @@ from ._wire import (
     RETIRED,
     STACK_LIMIT,
     ResultFields,
+    implausible,
     read_bounded,
     result_frames,
 )
 
 _OK = Status.OK
 _FORK = Mechanism.FORK
-#: An answer's pickle over this many bytes is decoded beside the loop, not in it: see
-#: decode_aside.
-_ASIDE_OVER = 256 * 1024
+#: An answer's pickle over this many bytes is decoded beside the loop, not in it (see
+#: Decoder): checking the 4 KiB decoded in the loop costs it a few ms at worst.
+_ASIDE_OVER = 4 * 1024
 
 
 def answer_outcome(
@@ -75,35 +78,59 @@ def answer_outcome(
     common["confined"] = confined
     if not size:  # an OK float, with output or leftovers
         return answered(Answer(_OK, fields.number), fields.leaked, common)
-    answer = item_answer(buffer[output_end : output_end + size], objects=objects)
+    payload = buffer[output_end : output_end + size]
+    answer = item_answer(payload, objects=objects)
     return answered(answer, fields.leaked, common)
 
 
-def decode_aside(
-    index: int,
-    fields: ResultFields,
-    data: bytes,
-    drained: tuple[bytes, int] | None,
-    budget: float,
-    hand_in: Callable[[Decoded], None],
-    confined: frozenset[Confinement] = UNCONFINED,
-) -> None:
-    """Decode a large answer of plain data on a thread of its own; ``hand_in`` its outcome.
+class Decoder:
+    """One thread per pool that decodes its large answers of plain data, in the order they
+    came, and hands each outcome in.
 
-    Plain data is checked opcode by opcode before it is built (_decode._check_keys), at about
-    half a second a megabyte: on the loop's thread, a 15 MB list put the other items'
-    deadlines 6 s off. Beside it, the loop has the GIL back every switch interval.
+    Plain data is checked opcode by opcode before it is built (see _decode's bounds): on the
+    loop's thread, a 15 MB list put the other items' deadlines 6 s off; on a thread per answer,
+    a hundred of them left the loop one GIL turn in a hundred. One thread leaves it every other
+    turn; each answer is checked within DECODE_TIME_S of CPU or is an ERROR.
     """
 
-    def decode_it() -> None:
+    def __init__(self, hand_in: weakref.WeakMethod[Callable[[Decoded], None]]) -> None:
+        #: Weak, as the thread outlives a pool that was not closed until it is told to end.
+        self.hand_in = hand_in
+        self.jobs: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+
+    def put(self, *job: Any) -> None:
+        """Decode ``(index, fields, data, drained, budget, confined)`` in turn."""
+        if self.thread is None:
+            self.thread = threading.Thread(
+                target=_decoding, args=(self.jobs, self.hand_in), name="rewardhang-decode"
+            )
+            self.thread.daemon = True
+            self.thread.start()
+        self.jobs.put(job)
+
+    def close(self) -> None:
+        """Let the thread end once what it holds is decoded (for nobody, if the pool closed)."""
+        if self.thread is not None:
+            self.jobs.put(None)
+            self.thread = None
+
+
+def _decoding(
+    jobs: queue.SimpleQueue[tuple[Any, ...] | None],
+    hand_in: weakref.WeakMethod[Callable[[Decoded], None]],
+) -> None:
+    while (job := jobs.get()) is not None:
+        index, fields, data, drained, budget, confined = job
         try:
             outcome = answer_outcome(fields, data, 0, drained, budget, False, confined)
         except BaseException as exc:  # noqa: BLE001 - never a silent loss of the item
             error = f"{said(exc)} in decoding the answer"
             outcome = Outcome(Status.ERROR, error=error, budget=budget)
-        hand_in(Decoded(index, outcome))
-
-    threading.Thread(target=decode_it, name="rewardhang-decode", daemon=True).start()
+        method = hand_in()
+        if method is not None:
+            method(Decoded(index, outcome))
+        del job, data, outcome, method
 
 
 def death_outcome(
@@ -130,7 +157,7 @@ def death_outcome(
     output, dropped = after(drained, *read_bounded(worker.fds["output_r"], OUTPUT_LIMIT))
     common = common_fields(
         wall,
-        cpu - worker.cpu_base,
+        max(cpu - worker.cpu_base, 0.0),  # NaN (unknown) stays NaN
         rss,
         output_text(output, dropped),
         dropped,
@@ -181,6 +208,8 @@ class Answers:
         self.hand_in = weakref.WeakMethod(hand_in)
         #: Workers that died in a row before they took an item.
         self.fruitless_deaths = 0
+        self.decoder = Decoder(weakref.WeakMethod(self._hand_in))
+        weakref.finalize(self, self.decoder.close)
 
     def _hand_in(self, decoded: Decoded) -> None:
         """From a decoding thread: hand the outcome to the loop, if the pool is still there."""
@@ -225,38 +254,48 @@ class Answers:
     def _answered(self, worker: Worker, fields: ResultFields, buffer: bytearray, at: int) -> None:
         index = fields.item_index
         sent = worker.sent
+        now = time.monotonic()
         if not sent or sent[0][0] != index or sent[0][1] is None:
             # Not the item it is running: something in the call wrote on the result pipe.
             # The worker goes; the item it was running is its own, a crash, never the batch.
-            worker.lost = (
+            self._forged(
+                worker,
                 "the worker's result pipe carried something other than this item's answer "
-                "(the call wrote on the worker's pipe), so the worker was killed"
+                "(the call wrote on the worker's pipe), so the worker was killed",
             )
-            current = worker.current()
-            if current is not None and not worker.killed:
-                self.processes.kill(worker, current[0], time.monotonic())
             return
-        sent.popleft()
+        wrong = implausible(fields, now - sent[0][1], now - worker.requested)
+        if wrong is not None:
+            self._forged(
+                worker,
+                f"the worker's answer for this item said what no worker measures ({wrong}): "
+                "the call forged it, so the worker was killed",
+            )
+            return
+        sent_at = sent.popleft()[1]
         drained = worker.take_drained(self.watched)
         if worker.retries:
             worker.retries.discard(index)
-        if fields.leaving:  # it retires now: nothing it holds will start
+        if fields.leaving:
+            # It retires now: nothing it holds will start. Not on its word alone: an item can
+            # set the flag and go on, so the worker is killed (a retiring one is on its way).
             self.ledger.retry.extend(worker.take_back(self.watched, keep=0))
+            if not worker.killed and self.processes.zygote is not None:
+                self.processes.kill(worker, index, now)
         elif index == worker.fenced:
             # It may have read the fence after this answer, and retired without a word.
             worker.after_fence = sent[0][0] if sent else NEXT
         self.processes.replaced = 0
-        # The worker's clock, but the call may have forged the frame: a time to come (or NaN)
-        # would put the next item's deadline out of reach.
-        now = time.monotonic()
-        end = fields.end
-        worker.last_end = end if end <= now else now
+        # The next item's start is when the caller saw this answer, never what the frame says:
+        # a time to come froze its deadline, one long past brought it early.
+        worker.last_end = now
         worker.cpu_base = fields.cpu_total
         if worker.dumped == index:  # the dump came just before it finished: drop it
             read_bounded(worker.fds["stack_r"], STACK_LIMIT)
             worker.dumped = None
         self.fruitless_deaths = 0
-        wall = fields.wall
+        # Within what the caller's clock allows (see implausible): at most since it was handed.
+        wall = min(fields.wall, now - sent_at)
         self.schedule.timed(wall)
         size = fields.size
         if not (size or fields.output_size or fields.dropped or fields.leaked or drained):
@@ -273,15 +312,26 @@ class Answers:
                 containment(),
                 worker.confined,
             )
-        elif size > _ASIDE_OVER and not self.objects:
-            data = bytes(buffer[at : at + fields.output_size + size])
-            decode_aside(index, fields, data, drained, self.budget, self._hand_in, worker.confined)
+            self.ledger.finish(index, outcome)
             return
-        else:
-            outcome = answer_outcome(
-                fields, buffer, at, drained, self.budget, self.objects, worker.confined
-            )
+        if wall != fields.wall:
+            fields = fields._replace(wall=wall)
+        if size > _ASIDE_OVER and not self.objects:
+            data = bytes(buffer[at : at + fields.output_size + size])
+            self.decoder.put(index, fields, data, drained, self.budget, worker.confined)
+            return
+        outcome = answer_outcome(
+            fields, buffer, at, drained, self.budget, self.objects, worker.confined
+        )
         self.ledger.finish(index, outcome)
+
+    def _forged(self, worker: Worker, why: str) -> None:
+        """What ``worker`` sent cannot be an answer: nothing more from it is believed; it is
+        killed, and the item it runs is charged (see ``Worker.lost``)."""
+        worker.lost = why
+        current = worker.current()
+        if current is not None and not worker.killed and self.processes.zygote is not None:
+            self.processes.kill(worker, current[0], time.monotonic())
 
     def died(self, worker: Worker, status: int, cpu: float, rss: float, leaked: int) -> None:
         """Account for a dead worker's items: the running one ends, the rest go back."""
@@ -293,13 +343,16 @@ class Answers:
         # started), or its state could not be put back (its answer said so, and what it held
         # went back then). Any other item that exits with that code, exited itself.
         retired = status >= 0 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == RETIRED
+        # Retired with a fence the caller never wrote: an item wrote it, and the one running
+        # now may never have started (or is that item, exiting so): it runs again, alone.
+        forged_fence = retired and worker.fence_forged()
         if current is not None and self.ledger.remaining:
             index = current[0]
             back.pop(0)
-            if worker.orphaned is not None and index not in self.ledger.suspected:
+            if (worker.orphaned is not None or forged_fence) and index not in self.ledger.suspected:
                 self.ledger.suspects.append(index)
                 self.ledger.suspected.add(index)
-            elif not worker.never_started(index, retired):
+            elif not worker.never_started(index, retired) and not worker.never_read(worker.sent[0]):
                 if worker.orphaned is not None:
                     worker.lost = worker.orphaned
                 drained = worker.take_drained(self.watched)

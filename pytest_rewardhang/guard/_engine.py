@@ -18,7 +18,7 @@ from typing import Any
 from ._answers import Answers
 from ._box import Confining
 from ._driver import CLOSED, Driver
-from ._handle import DEAD, STARTING, Worker
+from ._handle import DEAD, NOT_STARTED, STARTING, Worker
 from ._interrupts import hold, let_in, release
 from ._launch import START_TIMEOUT_S, PoolError, Zygote
 from ._ledger import Batch
@@ -227,6 +227,9 @@ class Engine(Driver):
             earliest = min(earliest, due)
         if self.ledger.suspects and self.settled > time.monotonic():
             earliest = min(earliest, self.settled)
+        retry = self.processes.spawn_due()
+        if retry is not None:
+            earliest = min(earliest, retry)
         if earliest == math.inf:
             return None
         return min(_MAX_POLL_MS, max(0, math.ceil((earliest - time.monotonic()) * 1000)))
@@ -263,7 +266,10 @@ class Engine(Driver):
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(worker.pidfd, DUMP_SIGNAL)
             if now >= start + self.budget:
-                self.processes.kill(worker, index, now)
+                # Its frame still in the pipe: the worker stopped reading its tasks (an item
+                # put another file there), and this item never started. It runs elsewhere.
+                unread = worker.never_read(worker.sent[0])
+                self.processes.kill(worker, NOT_STARTED if unread else index, now)
                 # Fenced: what waits behind it never starts. It goes to the replacement now,
                 # not when the zygote reports this one's end, after the kernel tore it down.
                 self._take_back(worker, keep=1)
@@ -328,4 +334,5 @@ class Engine(Driver):
         if self.closed:
             return
         self.closed = True
+        self.answers.decoder.close()
         self.processes.stop()

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import fcntl
 import os
 import select
+import struct
+import termios
 import time
 from collections import deque
 from typing import Any
@@ -31,6 +34,8 @@ from ._interrupts import writev
 from ._outcome import UNCONFINED, Confinement
 from ._wire import FENCE
 
+_UNREAD = struct.Struct("i")
+
 #: Bytes asked for by one read of a result pipe, read once or more every wake of the loop:
 #: below malloc's mmap threshold, so that a read costs no mmap, mremap and munmap (a 1 MiB
 #: read did: three system calls a wake, on top of the read).
@@ -38,6 +43,9 @@ _RECEIVE = 1 << 16
 
 #: ``Worker.after_fence`` of a worker whose fenced item answered with nothing queued behind.
 NEXT = -1
+#: ``Worker.kill_for`` of a worker killed for no item of its own: every item it holds goes
+#: out again (see never_started).
+NOT_STARTED = -2
 
 
 class Phase(enum.Enum):
@@ -110,8 +118,9 @@ class Worker:
         self.phase = STARTING
         self.pid = 0
         self.pidfd = -1
-        #: Items handed to this worker and not answered yet, oldest first: [index, sent at].
-        #: ``sent at`` stays None until the whole frame holding the item is in the pipe.
+        #: Items handed to this worker and not answered yet, oldest first: [index, sent at,
+        #: end]. ``sent at`` stays None until the whole frame holding the item is in the pipe;
+        #: ``end`` is where that frame ends in what was ever queued on the pipe.
         self.sent: deque[list[Any]] = deque()
         self.batches: deque[tuple[int, list[list[Any]]]] = deque()
         self.unsent = bytearray()
@@ -218,9 +227,9 @@ class Worker:
         """Hand it the items of ``batch``, framed as ``header`` and ``blob``."""
         if self.after_fence == NEXT:
             self.after_fence = batch[0]
-        entries = [[i, None] for i in batch]
-        self.sent.extend(entries)
         self.queued += len(header) + len(blob)
+        entries = [[i, None, self.queued] for i in batch]
+        self.sent.extend(entries)
         self.batches.append((self.queued, entries))
         if self.unsent:
             self.unsent += header
@@ -235,8 +244,18 @@ class Worker:
             written = writev(fd, parts if parts is not None else [self.unsent])
         except BlockingIOError:
             written = 0
-        except BrokenPipeError:  # it died; its death is reported separately
+        except BrokenPipeError:
+            # Nothing reads the pipe: the worker died (reported separately), or an item closed
+            # or replaced its end and it goes on without reading. Its items are counted as
+            # handed, so that their deadlines come, and their frames as never read (see
+            # never_read): none of them is charged, all go out again.
             self.unsent.clear()
+            self.batches.clear()
+            now = time.monotonic()
+            for entry in self.sent:
+                if entry[1] is None:
+                    entry[1] = now
+            watched.unregister(fd)
             return
         if parts is not None:
             self.unsent += b"".join(parts)[written:] if written < sum(map(len, parts)) else b""
@@ -259,6 +278,25 @@ class Worker:
         """Tell it to start nothing after ``index``: see FENCE."""
         os.pwrite(self.fds["fence"], FENCE.pack(index + 1), 0)
         self.fenced = index
+
+    def fence_forged(self) -> bool:
+        """Whether the fence holds something the caller did not write there: the worker's
+        items wrote it, and a retirement it caused says nothing of the item behind."""
+        held: int = FENCE.unpack(os.pread(self.fds["fence"], FENCE.size, 0))[0]
+        return held != (0 if self.fenced is None else self.fenced + 1)
+
+    def never_read(self, entry: list[Any]) -> bool:
+        """Whether the worker has not taken the whole frame holding ``entry`` off its task
+        pipe: that item never started, whatever the worker says (an item may have put another
+        file where the worker reads its tasks)."""
+        try:
+            unread: int = _UNREAD.unpack(
+                fcntl.ioctl(self.fds["task_w"], termios.FIONREAD, b"\0" * _UNREAD.size)
+            )[0]
+        except OSError:
+            return False
+        end: int = entry[2]
+        return self.written - unread < end
 
     def take_back(self, watched: Watched, keep: int) -> list[int]:
         """Give it no more work; what it holds past its first ``keep`` items, to hand out again.

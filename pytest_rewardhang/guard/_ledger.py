@@ -54,7 +54,7 @@ class Cancel:
 
 
 class Decoded:
-    """An item's outcome decoded off the loop's thread (see _answers.decode_aside)."""
+    """An item's outcome decoded off the loop's thread (see _answers.Decoder)."""
 
     __slots__ = ("index", "outcome")
 

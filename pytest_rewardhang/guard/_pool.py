@@ -210,6 +210,13 @@ class Pool:
     def closed(self) -> bool:
         return self._engine.closing
 
+    @property
+    def ready(self) -> bool:
+        """Whether the pool takes work now: open, and its last worker start did not fail for
+        want of descriptors, processes or memory (it is tried again, after a pause that
+        doubles up to 2 s, and items wait for it meanwhile). From any thread."""
+        return not self._engine.closing and not self._engine.processes.failed_starts
+
     @staticmethod
     def check_limits(
         budget: object,

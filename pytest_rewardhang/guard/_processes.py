@@ -8,6 +8,7 @@ kills it and everything below it, accounts for its workers' items and starts ano
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import select
@@ -46,6 +47,11 @@ _FORK_S = 10.0
 _REAPED_S = 2.0
 #: Zygotes replaced in a row, with no item answered in between, before the pool gives up.
 _MAX_REPLACED = 3
+#: A worker start that fails for want of descriptors, processes or memory is tried again
+#: after this pause, doubled at each failure in a row up to START_RETRY_MAX_S.
+START_RETRY_S = 0.05
+START_RETRY_MAX_S = 2.0
+_TRANSIENT = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOBUFS})
 
 #: How the loop accounts for a dead worker's items: (worker, wait status, cpu, rss, leaked).
 #: Handed to each call that may find a death, not kept: a bound method of the loop's, kept
@@ -86,6 +92,10 @@ class Processes:
         self.replaced = 0
         #: Stopped for good: no zygote or worker is started again.
         self.stopped = False
+        #: Worker starts that failed in a row for want of descriptors, processes or memory
+        #: (a server's clients holding its descriptors), and when the next may be tried.
+        self.failed_starts = 0
+        self.start_after = 0.0
 
     def start(self, fn: Callable[..., Any] | str) -> None:
         """Start the zygote and ask it for every worker (their start is awaited by the loop)."""
@@ -147,9 +157,24 @@ class Processes:
         """Ask the zygote for the workers owed. Deferred out of event handling: a new worker's
         pipes may reuse the fd numbers of the dead one's, which later events of the same
         poll() would then be taken for."""
-        while self.to_spawn and not self.stopped:
+        while self.to_spawn and not self.stopped and time.monotonic() >= self.start_after:
+            try:
+                self._spawn()
+            except OSError as exc:
+                if exc.errno not in _TRANSIENT:
+                    raise
+                # Not the pool's end: what was short may be given back. Tried again after a
+                # pause that doubles up to START_RETRY_MAX_S; the items wait in the queue.
+                self.failed_starts += 1
+                pause = min(START_RETRY_S * 2 ** min(self.failed_starts - 1, 16), START_RETRY_MAX_S)
+                self.start_after = time.monotonic() + pause
+                return
             self.to_spawn -= 1
-            self._spawn()
+            self.failed_starts = 0
+
+    def spawn_due(self) -> float | None:
+        """When the loop must wake to try a worker start again, if one failed."""
+        return self.start_after if self.to_spawn and self.failed_starts else None
 
     def kill(self, worker: Worker, index: int, now: float) -> None:
         """Have the zygote kill ``worker``, for its item ``index``, and fork its replacement."""

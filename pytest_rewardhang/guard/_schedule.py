@@ -68,7 +68,8 @@ class Schedule:
         self.mean_item_s: float | None = None
 
     def timed(self, wall: float) -> None:
-        """An item was answered after ``wall`` seconds."""
+        """An item was answered after ``wall`` seconds (finite and not negative: the caller
+        checks a worker's word before it comes here)."""
         mean = self.mean_item_s
         self.mean_item_s = wall if mean is None else 0.8 * mean + 0.2 * wall
 
@@ -89,8 +90,10 @@ class Schedule:
         """How many of the ``queued`` items each serving worker gets, in the order to send
         them, and the batch size it was worked out with."""
         per_batch = 1  # until an item has been timed
-        if self.mean_item_s is not None and self.mean_item_s > 0:
-            per_batch = max(1, min(MAX_BATCH, int(BATCH_S / self.mean_item_s)))
+        mean = self.mean_item_s
+        if mean is not None:
+            # Compared before dividing: a mean of 5e-324 (three forged times) overflowed.
+            per_batch = MAX_BATCH if mean * MAX_BATCH <= BATCH_S else max(1, int(BATCH_S / mean))
         # The last items spread over all workers instead of queueing behind one.
         per_batch = max(1, min(per_batch, queued // self.size))
         # Up to two batches in flight (two items for slow ones), so a worker finds its next item

@@ -143,15 +143,59 @@ class ResultFields(NamedTuple):
     #: CPU seconds of the item, and of the worker since it started.
     cpu: float
     cpu_total: float
-    #: The worker's monotonic clock when the item ended.
+    #: The worker's monotonic clock when the item ended (the caller uses its own: see
+    #: implausible).
     end: float
     #: The worker's peak resident size so far.
     rss_kib: int
     #: The worker retires after this answer (its state could not be put back): the items
-    #: queued behind it never start.
+    #: queued behind it never start. The caller kills it all the same.
     leaving: bool
     #: The value of an OK call that returned a float, when ``size`` is 0.
     number: float
+
+
+#: What a worker's answer may say of its item, whatever it claims: a frame is the call's to
+#: forge, so every number in it is checked against what the caller's own clock allows before
+#: any of it is used (a wall time of 5e-324 drove the scheduler's mean to where dividing by it
+#: raised OverflowError in the caller). Times the caller keeps (deadlines, the next item's
+#: start) are its own clock's; ``end`` is never believed.
+#: Slack for the worker's clock reads against the caller's, around one item.
+CLOCK_SLACK_S = 1.0
+#: Processes an item can have left (the kernel's largest pid_max).
+LEAKED_LIMIT = 1 << 22
+#: Bytes of output a worker can have thrown away per second (far above any pipe's speed).
+DROPPED_PER_S = 1 << 36
+_CPUS = os.cpu_count() or 1
+_RSS_LIMIT_KIB = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 1024 * 2
+
+
+def implausible(fields: ResultFields, ran_s: float, lived_s: float) -> str | None:
+    """What in ``fields`` no worker can have measured, if anything: ``ran_s`` is how long
+    since the caller handed the item, ``lived_s`` since it asked for the worker."""
+    ran = ran_s + CLOCK_SLACK_S
+    if (  # every answer's: one expression, where the loop below costs a microsecond an item
+        0 <= fields.wall <= ran
+        and 0 <= fields.cpu <= ran * _CPUS
+        and 0 <= fields.cpu_total <= (lived_s + CLOCK_SLACK_S) * _CPUS
+        and 0 <= fields.rss_kib <= _RSS_LIMIT_KIB
+        and 0 <= fields.leaked <= LEAKED_LIMIT
+        and 0 <= fields.dropped <= ran * DROPPED_PER_S
+    ):
+        return None
+    checks = (
+        ("wall", fields.wall, ran),
+        ("cpu", fields.cpu, ran * _CPUS),
+        ("cpu_total", fields.cpu_total, (lived_s + CLOCK_SLACK_S) * _CPUS),
+        ("rss_kib", fields.rss_kib, _RSS_LIMIT_KIB),
+        ("leaked", fields.leaked, LEAKED_LIMIT),
+        ("dropped", fields.dropped, ran * DROPPED_PER_S),
+    )
+    for name, value, limit in checks:
+        # ``not`` of the comparison: NaN fails every one.
+        if not 0 <= value <= limit:
+            return f"{name} {value!r} outside [0, {limit:g}]"
+    return None
 
 
 #: The index result_frames gives bytes that are not a result frame: no item has it, so the

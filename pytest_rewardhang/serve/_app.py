@@ -73,6 +73,11 @@ class GuardedScoring:
         self.pool = pool
         self.default = default
 
+    @property
+    def ready(self) -> bool:
+        """Whether the pool takes work now (see Pool.ready)."""
+        return self.pool.ready
+
     async def score(self, call: tuple[Any, ...] | dict[str, Any]) -> Scored:
         if isinstance(call, dict):
             out = await self.pool.asubmit(**call)
@@ -137,6 +142,8 @@ class RewardApp:
         self.limits = limits or Limits()
         self.metrics = Metrics()
         self.ready = True
+        #: One large body parsed at a time, off the event loop (see _body).
+        self._parsing = asyncio.Semaphore(1)
         self._routes: dict[str, Callable[[Scope, Receive], Awaitable[tuple[int, Any]]]] = {
             f"POST {contract.path}": self._score,
             **{f"POST {path}": self._empty for path in contract.extra_paths},
@@ -193,13 +200,15 @@ class RewardApp:
         return 200, {"status": "ok"}
 
     async def _ready(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
-        if self.ready:
-            return 200, {"status": "ready", "style": self.contract.style}
-        return 503, {"status": "shutting down"}
+        if not self.ready:
+            return 503, {"status": "shutting down"}
+        if not getattr(self.scoring, "ready", True):
+            return 503, {"status": "no worker can start now (out of descriptors or processes)"}
+        return 200, {"status": "ready", "style": self.contract.style}
 
     async def _empty(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
         try:
-            await self._body(scope, receive)
+            await self._body(scope, receive, _nothing)
         except BadRequest as exc:
             return exc.status, {"error": str(exc)}
         return 200, {}
@@ -207,8 +216,7 @@ class RewardApp:
     async def _score(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
         started = time.monotonic()
         try:
-            body = await self._body(scope, receive)
-            calls = self.contract.calls(body)
+            body, calls = await self._body(scope, receive, self.contract.calls)
             if len(calls) > self.limits.max_samples:
                 raise BadRequest(
                     f"the request holds {len(calls)} samples, over the "
@@ -263,9 +271,14 @@ class RewardApp:
         overload = Scored(default, "overload", "still waiting at the request's deadline")
         return [overload if result is None else result for result in results]
 
-    async def _body(self, scope: Scope, receive: Receive) -> Any:
-        """The request's JSON body; one past the size limit is read to its end and dropped
-        (never held), so that the client, still sending, gets its 413 and not a reset."""
+    async def _body(
+        self, scope: Scope, receive: Receive, then: Callable[[Any], Any]
+    ) -> tuple[Any, Any]:
+        """The request's JSON body, and what ``then`` makes of it; one past the size limit is
+        read to its end and dropped (never held), so that the client, still sending, gets its
+        413 and not a reset. A body over :data:`PARSED_ON_LOOP` bytes is parsed on a thread
+        (one at a time), not on the event loop: a few megabytes of floats took it seconds, and
+        ``/health`` waited for them."""
         limit = self.limits.max_body_bytes
         declared = next(
             (int(v) for k, v in scope.get("headers", ()) if k == b"content-length" and v.isdigit()),
@@ -292,17 +305,35 @@ class RewardApp:
         if size > limit:
             said = f"the body is {declared} bytes" if declared else "the body is"
             raise BadRequest(f"{said} over the {limit} bytes limit", 413)
-        try:
-            # Decoded strictly: json.loads lets surrogates encoded as UTF-8 through.
-            text = b"".join(chunks).decode("utf-8")
-            body = json.loads(text, parse_constant=_not_json, parse_float=_finite)
-            if _SURROGATE_ESCAPE.search(text):  # else there is none: a walk is not needed
-                _no_lone_surrogate(body)
-        except (ValueError, RecursionError) as exc:
-            # ValueError: not UTF-8, not JSON, or an integer of over 4,300 digits (Python's
-            # bound on reading one); RecursionError: nested past the interpreter's depth.
-            raise BadRequest(f"the body is not JSON this server reads: {exc}") from None
-        return body
+        data = b"".join(chunks)
+        del chunks
+        if len(data) <= PARSED_ON_LOOP:
+            return _parsed(data, then)
+        async with self._parsing:
+            return await asyncio.to_thread(_parsed, data, then)
+
+
+#: Bodies up to this many bytes are parsed on the event loop (a millisecond or two at most).
+PARSED_ON_LOOP = 64 * 1024
+
+
+def _nothing(body: Any) -> None:
+    return None
+
+
+def _parsed(data: bytes, then: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """The JSON in ``data``, strictly, and what ``then`` makes of it."""
+    try:
+        # Decoded strictly: json.loads lets surrogates encoded as UTF-8 through.
+        text = data.decode("utf-8")
+        body = json.loads(text, parse_constant=_not_json, parse_float=_finite)
+        if _SURROGATE_ESCAPE.search(text):  # else there is none: a walk is not needed
+            _no_lone_surrogate(body)
+    except (ValueError, RecursionError) as exc:
+        # ValueError: not UTF-8, not JSON, or an integer of over 4,300 digits (Python's
+        # bound on reading one); RecursionError: nested past the interpreter's depth.
+        raise BadRequest(f"the body is not JSON this server reads: {exc}") from None
+    return body, then(body)
 
 
 #: A surrogate's escape in JSON text (``\ud83d``), the only way one gets into strict UTF-8.

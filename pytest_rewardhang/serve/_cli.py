@@ -4,6 +4,11 @@ The pool starts before the server listens, so the first request finds it warm an
 answers 200 as soon as anything does. On SIGTERM or SIGINT uvicorn stops listening, lets every
 request in flight be answered (each is bounded by its request timeout), and returns; then the
 pool is closed, which kills its zygote and workers: no process is left.
+
+Connections are kept below the process's descriptor limit (raised to its hard limit at start):
+past :func:`connection_limit` a new one is closed at once, and one that has not sent a whole
+request's headers ``read_timeout_s`` after it was made is closed, so that clients holding
+idle connections cannot take the descriptors the pool needs to start a worker.
 """
 
 from __future__ import annotations
@@ -11,9 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import resource
 import signal
 import socket
 import sys
+from typing import Any
 
 from pytest_rewardhang.guard import Pool, PoolError, SpecError
 
@@ -84,6 +91,9 @@ def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     )
     limits = _limits(parser, args)
     terms = contract(args.style, args.label_field)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:  # as many connections as the system lets this process have
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     try:
         listener = socket.create_server((args.host, args.port), backlog=2048)
     except OSError as exc:  # the port taken, the address not this machine's
@@ -100,6 +110,7 @@ def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         app = RewardApp(terms, GuardedScoring(pool, args.default), limits)
         config = uvicorn.Config(
             app,
+            http=bounded_protocol(connection_limit(args.workers), limits.read_timeout_s),
             log_level=args.log_level,
             access_log=False,  # the app logs each request itself, as JSON
             lifespan="on",
@@ -128,6 +139,58 @@ def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         listener.close()
         log.info(json.dumps({"event": "stopped"}))
     return 0
+
+
+#: Descriptors kept for the pool's own, per worker (its pipes, its pidfd, a fence), and for
+#: the server besides (its listener, its loop, logging, a zygote's socket).
+_PER_WORKER_FDS = 8
+_SPARE_FDS = 64
+
+
+def connection_limit(workers: int) -> int:
+    """How many connections the server keeps open at once: what the descriptor limit leaves
+    when the pool's workers (each replaced once, at worst) and the server have theirs."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(8, soft - 2 * _PER_WORKER_FDS * workers - _SPARE_FDS)
+
+
+def bounded_protocol(limit: int, headers_s: float) -> Any:
+    """uvicorn's HTTP protocol, keeping at most ``limit`` connections open: past it, the oldest
+    idle one (no request, or its answer sent) is closed for the new one, or the new one if all
+    are busy; and one that has not sent a request's headers ``headers_s`` after it was made is
+    closed (uvicorn waits forever)."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    #: The open connections, oldest first (a dict for its order and O(1) removal).
+    opened: dict[Any, None] = {}
+
+    class Bounded(AutoHTTPProtocol):  # type: ignore[misc, valid-type, unused-ignore]
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            opened[self] = None
+            if len(self.connections) > limit:
+                idle = next((c for c in opened if c is not self and c.idle()), self)
+                opened.pop(idle, None)
+                idle.transport.abort()  # its connection_lost forgets it
+                if idle is self:
+                    return
+            self.loop.call_later(headers_s, self._close_if_silent)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            opened.pop(self, None)
+            super().connection_lost(exc)
+
+        def idle(self) -> bool:
+            cycle = self.cycle
+            return cycle is None or bool(cycle.response_complete)
+
+        def _close_if_silent(self) -> None:
+            if self.cycle is None and not self.transport.is_closing():
+                self.transport.close()
+
+    return Bounded
 
 
 def _limits(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Limits:

@@ -173,8 +173,8 @@ def attack(kind: str, arg: str = "", burn_s: float = 0.0) -> Any:
     if kind == "print":
         print("printed")
         return None
-    if kind == "big-plain":  # 15 MB of plain data to check before it is built
-        return list(range(3_000_000))
+    if kind == "big-plain":  # 1 MB of plain data to check before it is built
+        return list(range(200_000))
     if kind == "forge-output":  # a header for itself that claims 1 MiB of output follows
         serve, index = serving()
         header = (MAGIC, 0, 1 << 20, 0, index, 0, 0.0, 0.0, 0.0, 0.0, 0, False, 0.0)

@@ -24,11 +24,12 @@ import pytest
 
 import pytest_rewardhang
 from pytest_rewardhang.guard import CallFailed, Pool, Status, guarded, run
-from pytest_rewardhang.guard._decode import decode
+from pytest_rewardhang.guard._decode import DECODE_TIME_S, decode
 from pytest_rewardhang.guard._wire import DUMP_SIGNAL, RESULT_LIMIT
 from tests._procs import python_c
 from tests.conftest import kill_everything_below, pipes, sigint_storm, state
 from tests.guard._attacks import nested_status_frame
+from tests.guard._forging import crafted
 
 #: Where the package under test is imported from, for the subprocesses.
 ROOT = str(Path(pytest_rewardhang.__file__).resolve().parents[1])
@@ -368,10 +369,10 @@ def test_the_key_limit_is_per_dict_and_the_scan_is_linear() -> None:
     out = run(many_small_int_dicts, budget=30.0)
     assert out.ok, out.error
     assert out.value == many_small_int_dicts()
-    # A pickle a scan could be made quadratic on: 200,000 objects on the stack, then 100,000
-    # marks closed on top of them. Read in linear time (a naive search for each mark from the
-    # bottom of the stack would take minutes).
-    forged = b"\x80\x05" + b"N" * 200_000 + b"(t" * 100_000 + b"."
+    # A pickle a scan could be made quadratic on: 120,000 objects on the stack, then 60,000
+    # marks closed on top of them (within OBJECTS_LIMIT). Read in linear time (a naive search
+    # for each mark from the bottom of the stack would take minutes).
+    forged = b"\x80\x05" + b"N" * 120_000 + b"(t" * 60_000 + b"."
     start = time.perf_counter()
     assert decode(forged) == ()
     assert time.perf_counter() - start < 10.0
@@ -842,3 +843,50 @@ def test_a_result_past_the_bound_is_an_error_that_says_so() -> None:
     assert big.status is Status.ERROR, big.describe()
     assert "(RESULT_LIMIT)" in (big.error or ""), big.describe()
     assert small.value == b"\0\0\0"
+
+
+@pytest.mark.parametrize(
+    ("kind", "count", "bound"),
+    [
+        ("sets", 200_000, "BUILT_LIMIT"),
+        ("nones", 300_000, "OBJECTS_LIMIT"),
+        ("memo", (1 << 32) - 16, "memo entry"),
+    ],
+)
+@pytest.mark.usefixtures("no_leaks")
+def test_an_answer_that_builds_past_a_bound_is_an_error_naming_it(
+    kind: str, count: int, bound: str
+) -> None:
+    # 200,000 empty sets are 200 KB of pickle and 45 MB built (a 4 MiB answer grew the caller
+    # by 1 GiB); a memo index of 2^32 had the unpickler allocate its memo up to it.
+    start = time.monotonic()
+    out = run(forge_status, (crafted(kind, count, fields=5),), budget=BUDGET)
+    took = time.monotonic() - start
+    assert out.status is Status.ERROR, out.describe()
+    assert bound in (out.error or ""), out.describe()
+    assert took < BUDGET + DECODE_TIME_S + GENEROUS
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_crafted_answer_costs_the_caller_no_more_than_the_decode_bound() -> None:
+    # One-byte opcodes, each read by the caller's check in Python: about 1.7 s a megabyte,
+    # so run() returned 26 s after a 1 s budget. Every opcode now counts as an object made.
+    protocols = b"\x80\x05" * (8 << 20)
+    forged = b"\x80\x05(\x8c\x02ok](" + protocols + b"eNNK\x00t."
+    start = time.monotonic()
+    out = run(forge_status, (forged,), budget=BUDGET)
+    took = time.monotonic() - start
+    assert out.status is Status.ERROR, out.describe()
+    assert "OBJECTS_LIMIT" in (out.error or ""), out.describe()
+    assert took < BUDGET + DECODE_TIME_S + GENEROUS
+
+
+@pytest.mark.parametrize("leaked", [-1, 1 << 70, 2.5, "3"])
+@pytest.mark.usefixtures("no_leaks")
+def test_a_forged_leaked_count_is_an_error_not_a_number_believed(leaked: Any) -> None:
+    # The count of processes the child found left running, from its own frame: a forged one
+    # went into the outcome as is.
+    frame = pickle.dumps(("ok", 1.0, None, None, leaked), protocol=pickle.HIGHEST_PROTOCOL)
+    out = run(forge_status, (frame,), budget=BUDGET)
+    assert out.status is Status.ERROR, out.describe()
+    assert "leaked" in (out.error or ""), out.describe()

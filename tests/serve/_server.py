@@ -65,12 +65,18 @@ class Server:
 
 
 @contextmanager
-def serving(*options: str, module: bool = False, scorer: str = SCORER) -> Iterator[Server]:
+def serving(
+    *options: str, module: bool = False, scorer: str = SCORER, nofile: int | None = None
+) -> Iterator[Server]:
+    """The server, started as a user starts it (see above); ``nofile``: under that descriptor
+    limit, soft and hard (``prlimit``, which execs the server: its pid is the server's)."""
     command = (
         [sys.executable, "-m", "pytest_rewardhang"]
         if module
         else [str(Path(sys.executable).with_name("pytest-rewardhang"))]
     )
+    if nofile is not None:
+        command = ["prlimit", f"--nofile={nofile}:{nofile}", *command]
     proc = subprocess.Popen(
         [*command, "serve", scorer, "--host", "127.0.0.1", "--port", "0", *options],
         stdin=subprocess.DEVNULL,

@@ -350,3 +350,16 @@ def test_without_the_serve_extra_the_command_says_how_to_install_it(
     assert "serve needs the serve extra: pip install 'pytest-rewardhang[serve]'" in (
         capsys.readouterr().err
     )
+
+
+def test_ready_says_503_while_no_worker_can_start() -> None:
+    # The pool's worker starts failed (its descriptors taken by idle clients) and /ready said
+    # 200 while every sample scored the default.
+    class Starved(Fake):
+        ready = False
+
+    app = RewardApp(contract("json"), Starved())
+    code, body = call(app, "GET", "/ready")
+    assert code == 503, body
+    assert "no worker can start" in body["status"]
+    assert call(app, "GET", "/health")[0] == 200
