@@ -388,7 +388,9 @@ class _Zygote:  # pragma: no cover - zygote only
                 # too, and nothing tells us when: looked for every second.
                 self.reap_exited()
                 swept = time.monotonic()
-            for fd, _ in events:
+            # Deaths before orders: a dead worker's strays are swept before its replacement is
+            # forked, so that nothing an item left runs beside the next one's first item.
+            for fd, _ in sorted(events, key=lambda event: event[0] == self.sock.fileno()):
                 if fd == self.caller_pidfd:
                     return self.shutdown()
                 if fd == self.sock.fileno():
@@ -440,6 +442,11 @@ class _Zygote:  # pragma: no cover - zygote only
                 frozen.append(wid)
             else:  # nothing to freeze: its kill stops the tree first thing anyway
                 self.kill(wid)
+        if forks and len(frozen) < len(kills):
+            # What a killed worker's item started as our own child (clone(CLONE_PARENT)),
+            # outside its tree, where no group holds it: gone before the replacement's first
+            # item, not at the killed worker's reaping, which may come after it.
+            self.sweep()
         for wid, fds in forks:
             self.fork(wid, fds)
         for wid in frozen:

@@ -50,9 +50,13 @@ def swaps_its_task_pipe(what: str) -> str:
 
 
 def writes_its_fence() -> str:
-    """Write its own index (plus one, as the caller does) in the worker's fence, and return."""
+    """Write its own index (plus one, as the caller does) in the worker's fence, and return;
+    ``unreachable`` where the fence is not this process's to write (an isolated item's)."""
     serve, index = serving()
-    serve.fence[0] = index + 1
+    try:
+        serve.fence[0] = index + 1
+    except ValueError:  # released: the worker's memory of it is not the item's
+        return "unreachable"
     return "fenced"
 
 
