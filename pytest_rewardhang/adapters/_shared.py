@@ -162,6 +162,8 @@ def pool_for(
             with _lock:
                 _failed[key] = (type(exc), text)
             raise type(exc)(text) from None
+        if warmup is not None:
+            learn_from_warmup(scorer, pool, pickle.loads(warmup))
         with _lock:
             _pools[key] = pool
         return pool
@@ -286,6 +288,23 @@ def learn(scorer: Scorer, value: Any) -> None:
             _templates.setdefault(_key(scorer), {k: _zero_like(v) for k, v in value.items()})
 
 
+def learn_from_warmup(scorer: Scorer, pool: Pool, warmup: Any) -> None:
+    """Score the warm-up item once more, on the new pool, to learn the shape of the scorer's
+    answers before any sample's: the zygote keeps its own warm-up's answer, and a sample that
+    hangs or crashes first in this process (each of verl's reward workers is one) would get a
+    bare number where the trainer indexes the dict's keys. Bounded by the pool's budget; a
+    warm-up that does not answer teaches nothing."""
+    if _key(scorer) in _templates:
+        return
+    out = (
+        pool.submit(*warmup).result()
+        if isinstance(warmup, tuple)
+        else (pool.submit(**warmup).result())
+    )
+    if out.ok:
+        learn(scorer, out.value)
+
+
 def default_for(scorer: Scorer, default: Any) -> Any:
     """``default``, shaped like the scorer's dict results when it returns dicts."""
     if isinstance(default, Mapping):  # verl's Hydra hands a YAML mapping over as a DictConfig
@@ -294,6 +313,39 @@ def default_for(scorer: Scorer, default: Any) -> Any:
     if template is None:
         return default
     return {**template, "score": default}
+
+
+# --- what each sample reports beside its score -----------------------------------------------
+
+#: 1.0 for a sample that got the default (hung, crashed, out of memory, unshippable), else 0.0.
+HANG_METRIC = "reward_hang"
+#: The sample's scoring time in seconds: its wall time in the worker, up to its budget.
+SECONDS_METRIC = "reward_seconds"
+#: 1.0 for a sample whose scoring took over the user's ``slow_s``, else 0.0.
+SLOW_METRIC = "reward_slow"
+
+
+def check_slow_s(slow_s: object) -> None:
+    """The one-line ValueError for a ``slow_s`` that is not None or a positive number."""
+    if slow_s is None:
+        return
+    if (
+        isinstance(slow_s, int | float)
+        and not isinstance(slow_s, bool)
+        and 0 < slow_s < float("inf")
+    ):
+        return
+    raise ValueError(f"slow_s must be a positive number of seconds or None, not {slow_s!r}")
+
+
+def sample_metrics(out: Outcome, slow_s: float | None) -> dict[str, float]:
+    """One sample's metrics, under the names every adapter and ``serve`` use: whether it got
+    the default, and, when the user set ``slow_s``, its scoring time and whether it was slow."""
+    metrics = {HANG_METRIC: 0.0 if out.ok else 1.0}
+    if slow_s is not None:
+        metrics[SECONDS_METRIC] = float(out.wall_s)
+        metrics[SLOW_METRIC] = 1.0 if out.wall_s > slow_s else 0.0
+    return metrics
 
 
 # --- one outcome, one score ------------------------------------------------------------------
@@ -397,8 +449,10 @@ class Scoring:
         max_processes: int | None = MAX_PROCESSES,
         network: bool = True,
         unprivileged: bool = False,
+        slow_s: float | None = None,
     ) -> None:
         # Here, not at the first sample in training, where the pool is made.
+        check_slow_s(slow_s)
         Pool.check_limits(
             budget,
             memory_mb,
@@ -423,6 +477,8 @@ class Scoring:
         self.max_processes = max_processes
         self.network = network
         self.unprivileged = unprivileged
+        #: Over this many seconds a sample is slow; None: no timing metrics.
+        self.slow_s = slow_s
 
     def _pool_options(self) -> tuple[Any, ...]:
         """:func:`pool_for`'s arguments, and :func:`_pool_key`'s."""
@@ -455,22 +511,45 @@ class Scoring:
         default = default_for(self.scorer, self.default)
         return value_or_default(out, default, kwargs, self.hang_log, self.name)
 
+    def metrics(self, out: Outcome) -> dict[str, float]:
+        """The sample's metrics (:func:`sample_metrics`) under this scoring's ``slow_s``."""
+        return sample_metrics(out, self.slow_s)
+
     def score(self, kwargs: Mapping[str, Any]) -> Any:
         """One sample, blocking this thread only; other threads' samples run beside it."""
-        return self.result(self.submit(kwargs).result(), kwargs)
+        return self.scored(kwargs)[0]
+
+    def scored(self, kwargs: Mapping[str, Any]) -> tuple[Any, Outcome]:
+        """One sample's score and its outcome, blocking this thread only."""
+        out = self.submit(kwargs).result()
+        return self.result(out, kwargs), out
 
     def score_many(self, samples: list[dict[str, Any]]) -> list[Any]:
         """Samples in order, all submitted at once so that they spread over every worker."""
+        return [value for value, _ in self.scored_many(samples)]
+
+    def scored_many(self, samples: list[dict[str, Any]]) -> list[tuple[Any, Outcome]]:
+        """:meth:`score_many`, each score with its outcome."""
         futures = [self.submit(kwargs) for kwargs in samples]
-        return [self.result(f.result(), s) for f, s in zip(futures, samples, strict=True)]
+        outs = [f.result() for f in futures]
+        return [(self.result(o, s), o) for o, s in zip(outs, samples, strict=True)]
 
     async def ascore(self, kwargs: Mapping[str, Any]) -> Any:
         """One sample, awaited: the event loop runs on while a worker scores it."""
+        return (await self.ascored(kwargs))[0]
+
+    async def ascored(self, kwargs: Mapping[str, Any]) -> tuple[Any, Outcome]:
+        """One sample's score and its outcome, awaited."""
         pool = await self._apool()
-        return self.result(await pool.asubmit(**kwargs), kwargs)
+        out = await pool.asubmit(**kwargs)
+        return self.result(out, kwargs), out
 
     async def ascore_many(self, samples: list[dict[str, Any]]) -> list[Any]:
-        return list(await asyncio.gather(*(self.ascore(kwargs) for kwargs in samples)))
+        return [value for value, _ in await self.ascored_many(samples)]
+
+    async def ascored_many(self, samples: list[dict[str, Any]]) -> list[tuple[Any, Outcome]]:
+        """:meth:`ascore_many`, each score with its outcome."""
+        return list(await asyncio.gather(*(self.ascored(kwargs) for kwargs in samples)))
 
     async def aaccepts(self) -> Accepts:
         """:meth:`accepts` without blocking the event loop the first time (a forked probe)."""

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_rewardhang import guard
+from pytest_rewardhang.adapters import _shared
 
 __all__ = ["RewardActor", "actors_per_node"]
 
@@ -39,7 +40,11 @@ _log = logging.getLogger("pytest_rewardhang.adapters")
 
 
 class RewardActor:
-    """Scores batches on one warm guarded pool; ``default`` for an item that is not OK."""
+    """Scores batches on one warm guarded pool; ``default`` for an item that is not OK.
+
+    When the scorer returns dicts, ``default`` is a dict of their keys, ``score`` being
+    ``default`` (a dict ``default`` is used as given): their keys are learnt from the warm-up
+    item, scored once more when the pool is up, or else from the first answer in the actor."""
 
     def __init__(
         self,
@@ -67,6 +72,8 @@ class RewardActor:
         self._scorer = scorer
         # Made here, once per actor process: warm before the first call, gone with the actor.
         self.pool = guard.Pool(scorer, **self._options)
+        if warmup is not None:
+            _shared.learn_from_warmup(scorer, self.pool, warmup)
         self.default = default
         self.statuses: Counter[str] = Counter()
         self._counting = threading.Lock()  # calls in flight run on Ray's threads at once
@@ -117,7 +124,10 @@ class RewardActor:
     def _scored(self, out: guard.Outcome) -> tuple[Any, str]:
         with self._counting:
             self.statuses[out.status.value] += 1
-        return (out.value if out.ok else self.default), out.status.value
+        if out.ok:
+            _shared.learn(self._scorer, out.value)
+            return out.value, out.status.value
+        return _shared.default_for(self._scorer, self.default), out.status.value
 
 
 def actors_per_node(

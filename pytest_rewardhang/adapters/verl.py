@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from pytest_rewardhang.adapters import _shared
 from pytest_rewardhang.guard import MAX_PROCESSES as _MAX_PROCESSES
+from pytest_rewardhang.guard import Outcome
 
 __all__ = [
     "CODE_SOURCES",
@@ -112,6 +113,7 @@ def compute_score(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
     **kwargs: Any,
 ) -> Any:
     """verl's per-item signature; ``kwargs`` beyond the guard's own go to the scorer.
@@ -130,10 +132,12 @@ def compute_score(
         max_processes,
         network,
         unprivileged,
+        slow_s,
     )
     took = scoring.accepts()
     _say_unused(scoring, took, kwargs)
-    return scoring.score(_sample(took, data_source, solution_str, ground_truth, extra_info, kwargs))
+    sample = _sample(took, data_source, solution_str, ground_truth, extra_info, kwargs)
+    return _reported(scoring, *scoring.scored(sample))
 
 
 async def compute_score_async(
@@ -153,6 +157,7 @@ async def compute_score_async(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
     **kwargs: Any,
 ) -> Any:
     """:func:`compute_score` as an ``async def``, which verl's reward loop awaits."""
@@ -168,11 +173,12 @@ async def compute_score_async(
         max_processes,
         network,
         unprivileged,
+        slow_s,
     )
     took = await scoring.aaccepts()
     _say_unused(scoring, took, kwargs)
     sample = _sample(took, data_source, solution_str, ground_truth, extra_info, kwargs)
-    return await scoring.ascore(sample)
+    return _reported(scoring, *await scoring.ascored(sample))
 
 
 def compute_score_batch(
@@ -192,6 +198,7 @@ def compute_score_batch(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
     **kwargs: Any,
 ) -> list[Any]:
     """Legacy: verl's batch signature (``reward_model.reward_manager=batch``).
@@ -218,12 +225,13 @@ def compute_score_batch(
             max_processes,
             network,
             unprivileged,
+            slow_s,
         )
         took = scoring.accepts()
         _say_unused(scoring, took, kwargs)
         samples = [_sample(took, *rows[i], kwargs) for i in chosen]
-        for i, score in zip(chosen, scoring.score_many(samples), strict=True):
-            scores[i] = score
+        for i, (score, out) in zip(chosen, scoring.scored_many(samples), strict=True):
+            scores[i] = _reported(scoring, score, out)
     return scores
 
 
@@ -240,6 +248,7 @@ def guarded_compute_score(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
 ) -> Callable[..., Any]:
     """:func:`compute_score` bound to one scorer, for ``custom_reward_function.name``."""
     return _bound(
@@ -255,6 +264,7 @@ def guarded_compute_score(
         max_processes,
         network,
         unprivileged,
+        slow_s,
     )
 
 
@@ -271,6 +281,7 @@ def guarded_compute_score_async(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     """:func:`compute_score_async` bound to one scorer; still a coroutine function to verl
     (``inspect.iscoroutinefunction`` sees through ``functools.partial``)."""
@@ -287,6 +298,7 @@ def guarded_compute_score_async(
         max_processes,
         network,
         unprivileged,
+        slow_s,
     )
 
 
@@ -303,6 +315,7 @@ def guarded_compute_score_batch(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
 ) -> Callable[..., list[Any]]:
     """Legacy: :func:`compute_score_batch` bound to one scorer."""
     return _bound(
@@ -318,6 +331,7 @@ def guarded_compute_score_batch(
         max_processes,
         network,
         unprivileged,
+        slow_s,
     )
 
 
@@ -333,6 +347,7 @@ def _scoring(
     max_processes: int | None,
     network: bool,
     unprivileged: bool,
+    slow_s: float | None,
 ) -> _shared.Scoring:
     name = scorer if isinstance(scorer, str) else getattr(scorer, "__qualname__", repr(scorer))
     return _shared.Scoring(
@@ -350,6 +365,7 @@ def _scoring(
         max_processes=max_processes,
         network=network,
         unprivileged=unprivileged,
+        slow_s=slow_s,
     )
 
 
@@ -366,6 +382,7 @@ def _bound(
     max_processes: int | None,
     network: bool,
     unprivileged: bool,
+    slow_s: float | None,
 ) -> Callable[..., R]:
     """``fn`` bound to one scorer and the guard's keywords, checked now (a nonsense limit, a
     warm-up that cannot be pickled), not at verl's first sample."""
@@ -381,6 +398,7 @@ def _bound(
         max_processes,
         network,
         unprivileged,
+        slow_s,
     )
     return functools.partial(
         fn,
@@ -395,7 +413,21 @@ def _bound(
         max_processes=max_processes,
         network=network,
         unprivileged=unprivileged,
+        slow_s=slow_s,
     )
+
+
+def _reported(scoring: _shared.Scoring, value: Any, out: Outcome) -> Any:
+    """The score as verl takes it. With ``slow_s`` set, a dict, whose keys verl's reward loop
+    makes ``reward_extra_info`` columns: the scorer's own (a number ``v`` as verl shows one,
+    ``score`` and ``acc`` both ``v``) and the sample's metrics (``reward_hang``,
+    ``reward_seconds``, ``reward_slow``), the same keys for every sample."""
+    if scoring.slow_s is None:
+        return value
+    metrics = scoring.metrics(out)
+    if isinstance(value, dict):
+        return {**value, **metrics}
+    return {"score": value, "acc": value, **metrics}
 
 
 def _isolates(isolate: bool | None, data_source: Any) -> bool:

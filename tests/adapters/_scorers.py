@@ -219,3 +219,13 @@ def sleeps(response: Any) -> Any:
     """Sleeps ``response`` seconds: samples still running or queued when a pool closes."""
     time.sleep(float(response))
     return 1.0
+
+
+def dapo_crash_first(
+    data_source: Any, solution_str: Any, ground_truth: Any, extra_info: Any = None
+) -> Any:
+    """math_dapo's dict result; ``crash`` kills its own process (a segfault's way), before
+    any answer of this scorer in a fresh process."""
+    if solution_str == "crash":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return dapo_score(data_source, solution_str, ground_truth, extra_info)

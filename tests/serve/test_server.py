@@ -238,9 +238,9 @@ def test_slime_gets_one_score_per_sample_and_never_retries_a_hang() -> None:
         assert server.url.endswith("/")
         answers, tries = run(scenario(server.url.rstrip("/")))  # slime's --rm-url http://host:port
         assert answers == [
-            {"score": 1.0, "status": "ok"},
-            {"score": 0.0, "status": "timeout"},
-            {"score": 0.0, "status": "ok"},
+            {"score": 1.0, "status": "ok", "reward_hang": 0.0},
+            {"score": 0.0, "status": "timeout", "reward_hang": 1.0},
+            {"score": 0.0, "status": "ok", "reward_hang": 0.0},
         ]
         assert tries == [0, 0, 0], "a sample was retried"
 
@@ -267,6 +267,7 @@ def test_gym_verify_echoes_the_request_with_its_reward() -> None:
                 **gym_verify_body("the answer is 42", "the answer is 42"),
                 "reward": 1.0,
                 "reward_status": "ok",
+                "reward_hang": 0.0,
             },
         )
         assert hung[0] == 200

@@ -1,0 +1,150 @@
+"""Defaults shaped like the scorer's answers, and the per-sample metrics, in every adapter.
+
+verl's ``RewardLoopManager.compute_rm_score`` (verl/experimental/reward_loop/reward_loop.py:
+281-313 at b178a3cd) gathers every reward worker's results and makes one column of each key of
+the *first* sample's ``reward_extra_info``, indexing every other sample with it
+(``np.array([info[key] for info in reward_extra_infos])``); ``NaiveRewardManager.run_single``
+(reward_manager/naive.py:86-95) makes a dict result's keys that ``reward_extra_info`` and a
+number's ``{"acc": number}``. A sample defaulted to a bare number beside dict answers is a
+``KeyError: 'score'`` there. Each reward worker is a process of its own (a Ray actor), whose
+first sample may crash before any answer: the shape must be known in each process, from a
+declared dict ``default`` or the warm-up, so each case runs in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pytest_rewardhang.adapters.verl as verl_adapter
+from pytest_rewardhang.adapters import _shared
+from tests.adapters._scorers import BUDGET, spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_leaks", "closed_pools")]
+
+#: One verl reward worker's process: the adapter (or RewardActor) called as run_single calls it,
+#: then compute_rm_score's columns; prints the columns, or the KeyError verl raises.
+WORKER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from pytest_rewardhang.adapters import close_pools, verl
+    from pytest_rewardhang.adapters.ray import RewardActor
+
+    options = json.loads(sys.argv[1])
+    path = options.pop("path")
+    solutions = ["crash", "so 42", "so 7"]
+
+    def run_single(result):  # naive.py:86-95
+        if isinstance(result, dict):
+            return {"reward_score": result["score"], "reward_extra_info": dict(result)}
+        return {"reward_score": result, "reward_extra_info": {"acc": result}}
+
+    def kwargs(solution):
+        return {"data_source": "math_dapo", "solution_str": solution, "ground_truth": "42",
+                "extra_info": {}}
+
+    if path == "actor":
+        actor = RewardActor(options.pop("scorer"), **options)
+        results = [run_single(actor.compute_score(**kwargs(s))) for s in solutions]
+        actor.pool.close()
+    else:
+        fn = verl.guarded_compute_score_async(options.pop("scorer"), **options)
+
+        async def loop():  # one task per sample, in order: the crash is the first answer
+            return [run_single(await fn(**kwargs(s))) for s in solutions]
+
+        results = asyncio.run(loop())
+    close_pools()
+    # Another reward worker's answers come first in the gathered batch (reward_loop.py:290-296).
+    other = {"score": 1.0, "acc": True, "pred": "it is 42"}
+    infos = [other] + [r["reward_extra_info"] for r in results]  # reward_loop.py:303-306
+    try:
+        columns = {key: [info[key] for info in infos] for key in infos[0]}
+    except KeyError as exc:
+        print(json.dumps({"KeyError": str(exc)}))
+    else:
+        print(json.dumps({"scores": [r["reward_score"] for r in results], "columns": columns}))
+    """
+)
+
+WARMUP = {"data_source": "math_dapo", "solution_str": "so 42", "ground_truth": "42"}
+
+
+def in_a_fresh_worker(**options: Any) -> dict[str, Any]:
+    options = {"scorer": spec("dapo_crash_first"), "budget": BUDGET, **options}
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER, json.dumps(options)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer
+
+
+@pytest.mark.parametrize("path", ["verl", "actor"])
+def test_a_crash_before_any_dict_answer_is_verls_key_error_unless_the_shape_is_known(
+    path: str,
+) -> None:
+    # Nothing known: the first answer in the process is the crash, a bare number.
+    assert in_a_fresh_worker(path=path, default=-1.0) == {"KeyError": "'score'"}
+    # Learnt from the warm-up, scored once more when the pool is up.
+    learnt = in_a_fresh_worker(path=path, default=-1.0, warmup=WARMUP)
+    assert learnt["scores"] == [-1.0, 1.0, 0.0]
+    assert learnt["columns"] == {
+        "score": [1.0, -1.0, 1.0, 0.0],
+        "acc": [True, False, True, False],
+        "pred": ["it is 42", "", "so 42", "so 7"],
+    }
+    # Declared: a dict default is the default as given.
+    given = {"score": 0.0, "acc": False, "pred": "[crashed]"}
+    declared = in_a_fresh_worker(path=path, default=given)
+    assert declared["columns"]["pred"] == ["it is 42", "[crashed]", "so 42", "so 7"]
+
+
+def test_verl_reports_each_samples_time_and_slow_flag_as_extra_info_columns() -> None:
+    """With ``slow_s`` every sample, a number scorer's too, is a dict of one set of keys:
+    verl's reward loop logs each as a reward_extra_info column."""
+    fn = verl_adapter.guarded_compute_score(spec("compute_score"), budget=BUDGET, slow_s=0.05)
+    rows = [fn("gsm8k", text, "42") for text in ("so 42", "nap", "hang")]
+    assert [set(row) for row in rows] == [
+        {"score", "acc", "reward_hang", "reward_seconds", "reward_slow"}
+    ] * 3
+    assert [row["score"] for row in rows] == [1.0, 1.0, 0.0]
+    assert [row["reward_hang"] for row in rows] == [0.0, 0.0, 1.0]
+    assert [row["reward_slow"] for row in rows] == [0.0, 1.0, 1.0]  # nap: 0.1 s, hang: budget
+    assert rows[1]["reward_seconds"] >= 0.1
+    assert rows[2]["reward_seconds"] >= BUDGET
+    dicts = verl_adapter.guarded_compute_score(spec("dapo_score"), budget=BUDGET, slow_s=5.0)
+    assert set(dicts("gsm8k", "so 42", "42")) == {
+        "score",
+        "acc",
+        "pred",
+        "reward_hang",
+        "reward_seconds",
+        "reward_slow",
+    }
+    with pytest.raises(ValueError, match="slow_s must be a positive number"):
+        verl_adapter.guarded_compute_score(spec("compute_score"), slow_s=-1)
+
+
+def test_metric_names_are_one_set_everywhere() -> None:
+    from pytest_rewardhang.serve import _contracts
+
+    assert (_shared.HANG_METRIC, _shared.SECONDS_METRIC, _shared.SLOW_METRIC) == (
+        _contracts.HANG_METRIC,
+        _contracts.SECONDS_METRIC,
+        _contracts.SLOW_METRIC,
+    )
