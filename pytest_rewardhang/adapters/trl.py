@@ -13,8 +13,18 @@ every dataset column as a list, and batch-wide objects (``trainer_state``, ``log
 has ``**kwargs``); the batch-wide arguments and ``completion_ids`` are never shipped to a worker.
 All samples are submitted at once and spread over the pool's warm workers, each under
 ``budget`` seconds. A sample that hangs, crashes, blows its memory or cannot be pickled scores
-``default`` (``None`` tells TRL to ignore it) with one warning line; an exception the scorer
-raises is raised here.
+``default`` with one warning line; an exception the scorer raises is raised here. ``None`` is
+the default to give: TRL turns it into NaN and leaves the sample out of its group's baseline
+(a sample every reward function left unscored gets no advantage), where ``0.0`` would count
+as a wrong answer.
+
+Through TRL's ``log_metric``, each call logs per sample ``reward_hang`` (1.0 for a sample that
+got the default) and, with ``slow_s`` set, ``reward_seconds`` and ``reward_slow``: TRL averages
+each over the logging step beside its own metrics.
+
+``AsyncGRPOTrainer`` pickles its reward functions into a spawned process and calls a sync one
+through ``asyncio.to_thread``: give it :func:`pooled_reward` (picklable; its pool starts in that
+process), not :func:`async_pooled_reward` (a closure, which does not pickle).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from typing import Any
 
 from pytest_rewardhang.adapters import _shared
 from pytest_rewardhang.guard import MAX_PROCESSES as _MAX_PROCESSES
+from pytest_rewardhang.guard import Outcome
 
 __all__ = ["PooledReward", "async_pooled_reward", "pooled_reward"]
 
@@ -68,12 +79,21 @@ class PooledReward(_shared.Pooled):
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[Any]:
         samples = self.samples(self.scoring.accepts(), completions, kwargs)
-        return self.scoring.score_many(samples)
+        return self._logged(self.scoring.scored_many(samples), kwargs.get("log_metric"))
 
     async def ascore(self, completions: Sequence[Any], **kwargs: Any) -> list[Any]:
         """The batch's scores, awaited: TRL's event loop runs on while the workers score."""
         samples = self.samples(await self.scoring.aaccepts(), completions, kwargs)
-        return await self.scoring.ascore_many(samples)
+        scored = await self.scoring.ascored_many(samples)
+        return self._logged(scored, kwargs.get("log_metric"))
+
+    def _logged(self, scored: list[tuple[Any, Outcome]], log_metric: Any) -> list[Any]:
+        """The scores; each sample's metrics through TRL's ``log_metric(name, value)``."""
+        if callable(log_metric):
+            for _, out in scored:
+                for name, value in self.scoring.metrics(out).items():
+                    log_metric(name, value)
+        return [value for value, _ in scored]
 
 
 #: A TRL ``reward_funcs`` entry that scores ``scorer`` per sample on a guarded pool.
@@ -95,6 +115,7 @@ def async_pooled_reward(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
 ) -> Callable[..., Coroutine[Any, Any, list[Any]]]:
     """:func:`pooled_reward` as an ``async def`` TRL reward function.
 
@@ -116,6 +137,7 @@ def async_pooled_reward(
         max_processes=max_processes,
         network=network,
         unprivileged=unprivileged,
+        slow_s=slow_s,
     )
 
     async def reward(completions: Sequence[Any], **kwargs: Any) -> list[Any]:

@@ -148,3 +148,113 @@ def test_metric_names_are_one_set_everywhere() -> None:
         _contracts.SECONDS_METRIC,
         _contracts.SLOW_METRIC,
     )
+
+
+# --- OpenRLHF: one name for the hang marker, and the timing in extra_logs ----------------------
+
+
+def test_openrlhf_extra_logs_hold_each_samples_time_and_slow_flag() -> None:
+    from pytest_rewardhang.adapters.openrlhf import pooled_reward_func
+
+    reward_func = pooled_reward_func(spec("score"), budget=BUDGET, slow_s=0.05)
+    result = reward_func(["nap", "= 42", "hang"], ["", "", ""], ["42"] * 3)
+    logs = result["extra_logs"]
+    assert set(logs) == {"reward_hang", "reward_seconds", "reward_slow"}
+    assert logs["reward_hang"] == [0.0, 0.0, 1.0]
+    assert logs["reward_slow"] == [1.0, 0.0, 1.0]
+    assert logs["reward_seconds"][0] >= 0.1
+    assert logs["reward_seconds"][2] >= BUDGET
+
+
+# --- TRL: None as the default, metrics through log_metric, AsyncGRPOTrainer --------------------
+
+
+def grpo_advantages(rewards_per_func: list[list[Any]], num_generations: int) -> list[float]:
+    """GRPOTrainer's reward aggregation, with lists for tensors (trl f2cd5771,
+    trl/trainer/grpo_trainer.py:1663 ``None`` to NaN; :2676-2690 and :2730 the unscorable mask,
+    ``nansum`` over the functions, the group's ``nanmean`` baseline, NaN advantages to 0)."""
+    import math
+
+    rows = [[math.nan if r is None else float(r) for r in row] for row in rewards_per_func]
+    rewards = [
+        math.nan if all(map(math.isnan, row)) else sum(r for r in row if not math.isnan(r))
+        for row in rows
+    ]
+    advantages = []
+    for start in range(0, len(rewards), num_generations):
+        group = rewards[start : start + num_generations]
+        scored = [r for r in group if not math.isnan(r)]
+        mean = sum(scored) / len(scored) if scored else math.nan
+        advantages += [0.0 if math.isnan(r - mean) else r - mean for r in group]
+    return advantages
+
+
+def test_trl_none_leaves_a_hung_sample_out_of_its_groups_baseline() -> None:
+    from pytest_rewardhang.adapters.trl import pooled_reward
+
+    logged: list[tuple[str, float]] = []
+    accuracy = pooled_reward(spec("accuracy"), budget=BUDGET, default=None, slow_s=0.05)
+    completions = ["so 42", "so 7", "hang", "nap"]
+    rewards = accuracy(
+        prompts=["6*7?"] * 4,
+        completions=completions,
+        ground_truth=["42"] * 4,
+        log_metric=lambda name, value: logged.append((name, value)),  # GRPOTrainer._log_metric
+    )
+    assert rewards == [1.0, 0.0, None, 1.0]  # nap scores 1.0
+    advantages = grpo_advantages([[r] for r in rewards], num_generations=4)
+    # The baseline is the mean of the three scored samples; the hung one gets no advantage.
+    assert advantages == pytest.approx([1 / 3, -2 / 3, 0.0, 1 / 3])
+    # With 0.0 the hang would have counted as a wrong answer and moved the baseline.
+    assert grpo_advantages([[1.0], [0.0], [0.0], [1.0]], 4)[0] == pytest.approx(0.5)
+    by_name: dict[str, list[float]] = {}
+    for name, value in logged:
+        by_name.setdefault(name, []).append(value)
+    assert by_name["reward_hang"] == [0.0, 0.0, 1.0, 0.0]
+    assert by_name["reward_slow"] == [0.0, 0.0, 1.0, 1.0]
+    assert len(by_name["reward_seconds"]) == 4
+
+
+#: AsyncRolloutWorker's child (trl f2cd5771, trl/experimental/async_grpo/
+#: async_rollout_worker.py:918-930,975-990: reward_funcs pickled into a spawned process;
+#: :798-828 ``_score_group``: a sync function through ``asyncio.to_thread``, None to NaN).
+ASYNC_GRPO_CHILD = textwrap.dedent(
+    """
+    import asyncio, json, pickle, sys
+    from pytest_rewardhang.adapters import close_pools
+
+    reward_func = pickle.loads(sys.stdin.buffer.read())
+    kwargs = {
+        "completions": ["so 42", "hang"],
+        "prompts": ["6*7?"] * 2,
+        "completion_ids": [[1], [2]],
+        "ground_truth": ["42", "42"],
+    }
+
+    async def score_group():
+        return list(await asyncio.gather(asyncio.to_thread(reward_func, **kwargs)))
+
+    print(json.dumps(asyncio.run(score_group())))
+    close_pools()
+    """
+)
+
+
+def test_trl_async_grpo_trainer_pickles_the_reward_into_a_spawned_process() -> None:
+    import pickle
+
+    from pytest_rewardhang.adapters.trl import async_pooled_reward, pooled_reward
+
+    accuracy = pooled_reward(spec("accuracy"), budget=BUDGET, default=None)
+    done = subprocess.run(
+        [sys.executable, "-c", ASYNC_GRPO_CHILD],
+        input=pickle.dumps(accuracy),  # AsyncRolloutWorker.start checks that it pickles
+        capture_output=True,
+        timeout=90,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout.decode().splitlines()[-1]) == [[1.0, None]]
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        pickle.dumps(async_pooled_reward(spec("accuracy")))  # hence the docs' advice
