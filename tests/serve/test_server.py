@@ -289,8 +289,8 @@ def test_load_with_one_percent_hangs_loses_nothing_and_answers_each_sample_once(
 
     def expected(i: int) -> dict[str, Any]:
         if i in hangs:
-            return {"score": 0.0, "status": "timeout"}
-        return {"score": 1.0 if i % 3 else 0.0, "status": "ok"}
+            return {"score": 0.0, "status": "timeout", "reward_hang": 1.0}
+        return {"score": 1.0 if i % 3 else 0.0, "status": "ok", "reward_hang": 0.0}
 
     async def scenario(url: str) -> tuple[dict[int, Any], list[int]]:
         tries: list[int] = []
