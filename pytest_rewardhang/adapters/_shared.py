@@ -16,10 +16,10 @@ import logging
 import os
 import pickle
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 # Absolute imports throughout the adapters: verl loads a custom reward file as a standalone
 # module ("custom_module_<hash>"), where relative imports fail. The guard's public API only.
@@ -348,6 +348,46 @@ def sample_metrics(out: Outcome, slow_s: float | None) -> dict[str, float]:
     return metrics
 
 
+# --- several scorers on one pool -------------------------------------------------------------
+
+
+class Together:
+    """Several scorers as one pool's callable: ``Together(scorers)(i, *args, **kwargs)`` is
+    ``scorers[i](*args, **kwargs)``, so that a trainer's reward functions share one zygote and
+    its workers instead of starting a pool each. It travels to the zygote pickled (its class is
+    importable); ``Together(scorers)(None)``, the pool's warm-up, imports every spec there, once
+    for every worker, and never in the trainer's process."""
+
+    __slots__ = ("_loaded", "scorers")
+
+    def __init__(self, scorers: Iterable[Scorer]) -> None:
+        self.scorers = tuple(scorers)
+        self._loaded: dict[int, Callable[..., Any]] = {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Together, (self.scorers,))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Together) and other.scorers == self.scorers
+
+    def __hash__(self) -> int:
+        return hash(tuple(_key(scorer) for scorer in self.scorers))
+
+    def __call__(self, which: int | None, /, *args: Any, **kwargs: Any) -> Any:
+        if which is None:
+            for i in range(len(self.scorers)):
+                self._scorer(i)
+            return None
+        return self._scorer(which)(*args, **kwargs)
+
+    def _scorer(self, i: int) -> Callable[..., Any]:
+        fn = self._loaded.get(i)
+        if fn is None:
+            scorer = self.scorers[i]
+            fn = self._loaded[i] = load_callable(scorer) if isinstance(scorer, str) else scorer
+        return fn
+
+
 # --- one outcome, one score ------------------------------------------------------------------
 
 
@@ -450,9 +490,18 @@ class Scoring:
         network: bool = True,
         unprivileged: bool = False,
         slow_s: float | None = None,
+        together: tuple[Together, int] | None = None,
     ) -> None:
+        """``together``: the pool this scorer shares with others, and its index there."""
         # Here, not at the first sample in training, where the pool is made.
         check_slow_s(slow_s)
+        if together is not None:
+            if warmup is not None:
+                raise ValueError(
+                    "warmup cannot be given to scorers that share a pool: its warm-up imports"
+                    " every one of them"
+                )
+            warmup = (None,)
         Pool.check_limits(
             budget,
             memory_mb,
@@ -479,11 +528,14 @@ class Scoring:
         self.unprivileged = unprivileged
         #: Over this many seconds a sample is slow; None: no timing metrics.
         self.slow_s = slow_s
+        #: What the pool runs, and what comes before each sample's arguments.
+        self.target: Scorer = scorer if together is None else together[0]
+        self.prefix: tuple[Any, ...] = () if together is None else (together[1],)
 
     def _pool_options(self) -> tuple[Any, ...]:
         """:func:`pool_for`'s arguments, and :func:`_pool_key`'s."""
         return (
-            self.scorer,
+            self.target,
             self.budget,
             self.memory_mb,
             self.workers,
@@ -501,7 +553,7 @@ class Scoring:
         return accepts(self.scorer)
 
     def submit(self, kwargs: Mapping[str, Any]) -> Future[Outcome]:
-        return self.pool().submit(**kwargs)
+        return self.pool().submit(*self.prefix, **kwargs)
 
     def result(self, out: Outcome, kwargs: Mapping[str, Any]) -> Any:
         """The score of one sample from its outcome."""
@@ -541,7 +593,7 @@ class Scoring:
     async def ascored(self, kwargs: Mapping[str, Any]) -> tuple[Any, Outcome]:
         """One sample's score and its outcome, awaited."""
         pool = await self._apool()
-        out = await pool.asubmit(**kwargs)
+        out = await pool.asubmit(*self.prefix, **kwargs)
         return self.result(out, kwargs), out
 
     async def ascore_many(self, samples: list[dict[str, Any]]) -> list[Any]:
@@ -567,7 +619,7 @@ class Scoring:
 
 
 #: The keywords an adapter object passes on to :class:`Scoring`.
-_LIMITS = frozenset(inspect.signature(Scoring).parameters) - {"scorer"}
+_LIMITS = frozenset(inspect.signature(Scoring).parameters) - {"scorer", "together"}
 
 
 class Pooled:
@@ -576,7 +628,9 @@ class Pooled:
     Trainers log a reward function under its ``__name__``, so the adapter takes the scorer's.
     """
 
-    def __init__(self, scorer: Scorer, **limits: Any) -> None:
+    def __init__(
+        self, scorer: Scorer, together: tuple[Together, int] | None = None, **limits: Any
+    ) -> None:
         """``limits``: :class:`Scoring`'s keywords (budget, default, workers, warmup, ...)."""
         unknown = sorted(set(limits) - _LIMITS)
         if unknown:
@@ -585,8 +639,16 @@ class Pooled:
                 f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}"
                 f" (the guard's keywords are {', '.join(sorted(_LIMITS))})"
             )
-        self.scoring = Scoring(scorer, **limits)
+        self.scoring = Scoring(scorer, together=together, **limits)
         self.__name__ = self.scoring.name
+
+    @classmethod
+    def together(cls, scorers: Sequence[Scorer], **options: Any) -> list[Self]:
+        """One of these per scorer, all scoring on one pool (one zygote importing them all, and
+        its ``workers``) under the same ``options``: each sample of any of them takes the next
+        free worker."""
+        shared = Together(scorers)
+        return [cls(scorer, together=(shared, i), **options) for i, scorer in enumerate(scorers)]
 
 
 def scorer_name(scorer: Scorer) -> str:

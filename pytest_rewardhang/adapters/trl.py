@@ -5,6 +5,7 @@ Wrap a per-sample scorer and pass the result in ``GRPOTrainer(reward_funcs=[...]
     from pytest_rewardhang.adapters.trl import async_pooled_reward, pooled_reward
     accuracy = pooled_reward("my_rewards.math:accuracy", budget=2.0, default=0.0)
     accuracy = async_pooled_reward("my_rewards.math:accuracy")  # TRL awaits it, beside others
+    accuracy, fmt = pooled_rewards(["my_rewards.math:accuracy", "my_rewards.fmt:ok"], workers=4)
 
 TRL calls a reward function with the batch: ``prompts``, ``completions``, ``completion_ids``,
 every dataset column as a list, and batch-wide objects (``trainer_state``, ``log_extra``,
@@ -36,7 +37,7 @@ from pytest_rewardhang.adapters import _shared
 from pytest_rewardhang.guard import MAX_PROCESSES as _MAX_PROCESSES
 from pytest_rewardhang.guard import Outcome
 
-__all__ = ["PooledReward", "async_pooled_reward", "pooled_reward"]
+__all__ = ["PooledReward", "async_pooled_reward", "pooled_reward", "pooled_rewards"]
 
 #: What TRL passes for the whole batch, or that is no use to a per-sample scorer: never shipped.
 _BATCH_WIDE = frozenset(
@@ -98,6 +99,9 @@ class PooledReward(_shared.Pooled):
 
 #: A TRL ``reward_funcs`` entry that scores ``scorer`` per sample on a guarded pool.
 pooled_reward = PooledReward
+#: ``reward_funcs`` entries, one per scorer, all on one pool: one zygote imports every scorer,
+#: and the samples of all of them share its ``workers``.
+pooled_rewards = PooledReward.together
 
 
 def async_pooled_reward(

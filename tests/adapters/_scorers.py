@@ -229,3 +229,15 @@ def dapo_crash_first(
     if solution_str == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
     return dapo_score(data_source, solution_str, ground_truth, extra_info)
+
+
+#: Which process imported this module: a pool's zygote, or (lazily) a worker itself.
+IMPORTED_BY = os.getpid()
+
+
+def imported_by_another(completion: Any, **kwargs: Any) -> Any:
+    """1.0 in a worker forked after this module was imported (in its zygote); hangs on
+    ``hang``."""
+    if "hang" in completion:
+        return _check(completion, "")
+    return float(os.getpid() != IMPORTED_BY)

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -258,3 +259,41 @@ def test_trl_async_grpo_trainer_pickles_the_reward_into_a_spawned_process() -> N
     assert json.loads(done.stdout.decode().splitlines()[-1]) == [[1.0, None]]
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
         pickle.dumps(async_pooled_reward(spec("accuracy")))  # hence the docs' advice
+
+
+# --- several reward functions, one pool ---------------------------------------------------------
+
+
+def test_trl_reward_functions_share_one_pool_whose_zygote_imports_them_all() -> None:
+    from pytest_rewardhang.adapters.trl import pooled_rewards
+    from tests.conftest import children
+
+    more = str(Path(__file__).parent / "_more_scorers.py") + ":length_ok"
+    before = children()
+    first, second, third = pooled_rewards(
+        [spec("imported_by_another"), more, spec("accuracy")], budget=BUDGET, workers=2
+    )
+    assert [f.__name__ for f in (first, second, third)] == [
+        "imported_by_another",
+        "length_ok",
+        "accuracy",
+    ]
+    batch = {
+        "prompts": ["p"] * 3,
+        "completions": ["so 42", "hang", "nap"],
+        "ground_truth": ["42"] * 3,
+    }
+    # Both modules were imported by the zygote before it forked the workers.
+    assert first(**batch) == [1.0, 0.0, 1.0]  # the hang defaulted, the others went on
+    assert second(**batch) == [1.0, 1.0, 1.0]
+    assert third(**batch) == [1.0, 0.0, 1.0]
+    started = children() - before
+    assert len(started) == 1, "one zygote for the three reward functions"
+    zygote = next(iter(started))
+    deadline = time.monotonic() + 30  # the hung worker's replacement may be on its way
+    while len(children(zygote)) != 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(children(zygote)) == 2  # and its two workers, for all three functions
+    assert first.scoring.pool() is third.scoring.pool()
+    with pytest.raises(ValueError, match="warmup cannot be given to scorers that share a pool"):
+        pooled_rewards([spec("accuracy")], warmup={"completion": "1", "ground_truth": "1"})
