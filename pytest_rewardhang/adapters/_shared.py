@@ -125,9 +125,13 @@ def pool_for(
     max_processes: int | None = MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    *,
+    shape_of: tuple[Scorer, Any] | None = None,
 ) -> Pool:
     """The warm pool for this scorer, these limits and this warm-up item (its
-    :func:`warmup_key`), started on the first sample in this process."""
+    :func:`warmup_key`), started on the first sample in this process; once it is up, the
+    warm-up is scored again to learn the shape of ``shape_of``'s scorer's answers (the pool's
+    own scorer unless said: one of a :class:`Together`)."""
     budget = float(budget)
     key = _pool_key(
         scorer, budget, memory_mb, workers, warmup, isolate, max_processes, network, unprivileged
@@ -163,7 +167,8 @@ def pool_for(
                 _failed[key] = (type(exc), text)
             raise type(exc)(text) from None
         if warmup is not None:
-            learn_from_warmup(scorer, pool, pickle.loads(warmup))
+            learned, item = shape_of or (scorer, pickle.loads(warmup))
+            learn_from_warmup(learned, pool, item)
         with _lock:
             _pools[key] = pool
         return pool
@@ -305,14 +310,15 @@ def learn_from_warmup(scorer: Scorer, pool: Pool, warmup: Any) -> None:
         learn(scorer, out.value)
 
 
-def default_for(scorer: Scorer, default: Any) -> Any:
-    """``default``, shaped like the scorer's dict results when it returns dicts."""
+def default_for(scorer: Scorer, default: Any, score_key: str = "score") -> Any:
+    """``default``, shaped like the scorer's dict results when it returns dicts: their keys,
+    ``score_key`` (verl's ``score``, EasyR1's ``overall``) being ``default``."""
     if isinstance(default, Mapping):  # verl's Hydra hands a YAML mapping over as a DictConfig
         return dict(default)
     template = _templates.get(_key(scorer))
     if template is None:
         return default
-    return {**template, "score": default}
+    return {**template, score_key: default}
 
 
 # --- what each sample reports beside its score -----------------------------------------------
@@ -365,10 +371,10 @@ class Together:
         self._loaded: dict[int, Callable[..., Any]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Together, (self.scorers,))
+        return (type(self), (self.scorers,))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Together) and other.scorers == self.scorers
+        return type(other) is type(self) and other.scorers == self.scorers
 
     def __hash__(self) -> int:
         return hash(tuple(_key(scorer) for scorer in self.scorers))
@@ -474,6 +480,9 @@ class Scoring:
     """One scorer on its warm pool: samples in (keyword arguments), scores out, from any thread
     or coroutine at once. What the adapters build on."""
 
+    #: The key of the reward in the scorer's dict answers, ``default`` in a default's.
+    score_key = "score"
+
     def __init__(
         self,
         scorer: Scorer,
@@ -490,18 +499,12 @@ class Scoring:
         network: bool = True,
         unprivileged: bool = False,
         slow_s: float | None = None,
-        together: tuple[Together, int] | None = None,
+        via: tuple[Scorer, tuple[Any, ...]] | None = None,
     ) -> None:
-        """``together``: the pool this scorer shares with others, and its index there."""
+        """``via``: what the pool runs instead of the scorer (a :class:`Together`), and what
+        comes before each sample's arguments to it; ``warmup`` is then that pool's own."""
         # Here, not at the first sample in training, where the pool is made.
         check_slow_s(slow_s)
-        if together is not None:
-            if warmup is not None:
-                raise ValueError(
-                    "warmup cannot be given to scorers that share a pool: its warm-up imports"
-                    " every one of them"
-                )
-            warmup = (None,)
         Pool.check_limits(
             budget,
             memory_mb,
@@ -529,8 +532,7 @@ class Scoring:
         #: Over this many seconds a sample is slow; None: no timing metrics.
         self.slow_s = slow_s
         #: What the pool runs, and what comes before each sample's arguments.
-        self.target: Scorer = scorer if together is None else together[0]
-        self.prefix: tuple[Any, ...] = () if together is None else (together[1],)
+        self.target, self.prefix = (scorer, ()) if via is None else via
 
     def _pool_options(self) -> tuple[Any, ...]:
         """:func:`pool_for`'s arguments, and :func:`_pool_key`'s."""
@@ -547,7 +549,8 @@ class Scoring:
         )
 
     def pool(self) -> Pool:
-        return pool_for(*self._pool_options())
+        warmup = None if self.warmup is None else pickle.loads(self.warmup)
+        return pool_for(*self._pool_options(), shape_of=(self.scorer, warmup))
 
     def accepts(self) -> Accepts:
         return accepts(self.scorer)
@@ -560,7 +563,7 @@ class Scoring:
         if out.status is Status.OK:
             learn(self.scorer, out.value)
             return out.value
-        default = default_for(self.scorer, self.default)
+        default = default_for(self.scorer, self.default, self.score_key)
         return value_or_default(out, default, kwargs, self.hang_log, self.name)
 
     def metrics(self, out: Outcome) -> dict[str, float]:
@@ -619,7 +622,7 @@ class Scoring:
 
 
 #: The keywords an adapter object passes on to :class:`Scoring`.
-_LIMITS = frozenset(inspect.signature(Scoring).parameters) - {"scorer", "together"}
+_LIMITS = frozenset(inspect.signature(Scoring).parameters) - {"scorer", "via"}
 
 
 class Pooled:
@@ -629,9 +632,10 @@ class Pooled:
     """
 
     def __init__(
-        self, scorer: Scorer, together: tuple[Together, int] | None = None, **limits: Any
+        self, scorer: Scorer, via: tuple[Scorer, tuple[Any, ...]] | None = None, **limits: Any
     ) -> None:
-        """``limits``: :class:`Scoring`'s keywords (budget, default, workers, warmup, ...)."""
+        """``limits``: :class:`Scoring`'s keywords (budget, default, workers, warmup, ...);
+        ``via``: :class:`Scoring`'s."""
         unknown = sorted(set(limits) - _LIMITS)
         if unknown:
             # Named as the user called it: Scoring is not theirs to know.
@@ -639,7 +643,7 @@ class Pooled:
                 f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}"
                 f" (the guard's keywords are {', '.join(sorted(_LIMITS))})"
             )
-        self.scoring = Scoring(scorer, together=together, **limits)
+        self.scoring = Scoring(scorer, via=via, **limits)
         self.__name__ = self.scoring.name
 
     @classmethod
@@ -647,8 +651,14 @@ class Pooled:
         """One of these per scorer, all scoring on one pool (one zygote importing them all, and
         its ``workers``) under the same ``options``: each sample of any of them takes the next
         free worker."""
+        if options.get("warmup") is not None:
+            raise ValueError(
+                "warmup cannot be given to scorers that share a pool: its warm-up imports every"
+                " one of them"
+            )
         shared = Together(scorers)
-        return [cls(scorer, together=(shared, i), **options) for i, scorer in enumerate(scorers)]
+        options["warmup"] = (None,)  # Together's own: imports them all in the zygote
+        return [cls(scorer, via=(shared, (i,)), **options) for i, scorer in enumerate(scorers)]
 
 
 def scorer_name(scorer: Scorer) -> str:

@@ -35,7 +35,7 @@ from typing import Any
 
 from pytest_rewardhang.adapters import _shared
 from pytest_rewardhang.guard import MAX_PROCESSES as _MAX_PROCESSES
-from pytest_rewardhang.guard import Outcome
+from pytest_rewardhang.guard import Outcome as _Outcome
 
 __all__ = ["PooledReward", "async_pooled_reward", "pooled_reward", "pooled_rewards"]
 
@@ -88,7 +88,7 @@ class PooledReward(_shared.Pooled):
         scored = await self.scoring.ascored_many(samples)
         return self._logged(scored, kwargs.get("log_metric"))
 
-    def _logged(self, scored: list[tuple[Any, Outcome]], log_metric: Any) -> list[Any]:
+    def _logged(self, scored: list[tuple[Any, _Outcome]], log_metric: Any) -> list[Any]:
         """The scores; each sample's metrics through TRL's ``log_metric(name, value)``."""
         if callable(log_metric):
             for _, out in scored:

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from pytest_rewardhang.adapters import _shared
 from pytest_rewardhang.guard import MAX_PROCESSES as _MAX_PROCESSES
-from pytest_rewardhang.guard import Outcome
+from pytest_rewardhang.guard import Outcome as _Outcome
 
 __all__ = [
     "CODE_SOURCES",
@@ -417,7 +417,7 @@ def _bound(
     )
 
 
-def _reported(scoring: _shared.Scoring, value: Any, out: Outcome) -> Any:
+def _reported(scoring: _shared.Scoring, value: Any, out: _Outcome) -> Any:
     """The score as verl takes it. With ``slow_s`` set, a dict, whose keys verl's reward loop
     makes ``reward_extra_info`` columns: the scorer's own (a number ``v`` as verl shows one,
     ``score`` and ``acc`` both ``v``) and the sample's metrics (``reward_hang``,

@@ -241,3 +241,22 @@ def imported_by_another(completion: Any, **kwargs: Any) -> Any:
     if "hang" in completion:
         return _check(completion, "")
     return float(os.getpid() != IMPORTED_BY)
+
+
+# EasyR1: a batch of RewardInput dicts in, RewardScore dicts out (examples/reward_function).
+def easyr1_math(reward_inputs: list[dict[str, Any]], format_weight: float = 0.1) -> Any:
+    scores = []
+    for reward_input in reward_inputs:
+        response = reward_input["response"]
+        accuracy = _check(response, reward_input["ground_truth"])
+        formatted = float(response.startswith("<think>"))
+        overall = (1 - format_weight) * accuracy + format_weight * formatted
+        scores.append({"overall": overall, "format": formatted, "accuracy": accuracy})
+    return scores
+
+
+# AReaL: reward_fn(prompt, completions, prompt_ids, completion_ids, **task_data).
+def areal_gsm8k(
+    prompt: Any, completions: Any, prompt_ids: Any, completion_ids: Any, **data: Any
+) -> Any:
+    return _check(completions, data["answer"])

@@ -297,3 +297,110 @@ def test_trl_reward_functions_share_one_pool_whose_zygote_imports_them_all() -> 
     assert first.scoring.pool() is third.scoring.pool()
     with pytest.raises(ValueError, match="warmup cannot be given to scorers that share a pool"):
         pooled_rewards([spec("accuracy")], warmup={"completion": "1", "ground_truth": "1"})
+
+
+# --- EasyR1 and AReaL ---------------------------------------------------------------------------
+
+
+def easyr1_compute_reward_batch(reward_file: Path, name: str, **kwargs: Any) -> Any:
+    """EasyR1's ``AutoRewardManager`` loading the file and ``compute_reward_batch`` (hiyouga/
+    EasyR1 b44b311, verl/workers/reward/function.py:76-106,109-134): ``custom_reward_fn`` in
+    sys.modules, ``partial(reward_fn, **reward_function_kwargs)``, ``REWARD_TYPE``; then each
+    score's ``overall`` as the reward and every key appended to ``reward_metrics``."""
+    import collections
+    import functools
+    import importlib.util
+
+    module_spec = importlib.util.spec_from_file_location("custom_reward_fn", reward_file)
+    assert module_spec is not None
+    assert module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules["custom_reward_fn"] = module
+    try:
+        module_spec.loader.exec_module(module)
+    finally:
+        del sys.modules["custom_reward_fn"]
+    assert getattr(module, "REWARD_TYPE", "batch") == "batch"
+    reward_fn = functools.partial(getattr(module, name), **kwargs)
+
+    def compute_reward_batch(responses: list[str], truth: str) -> tuple[list[float], Any]:
+        inputs = [
+            {"response": r, "response_length": len(r), "ground_truth": truth} for r in responses
+        ]
+        scores = reward_fn(inputs)
+        rewards = [score["overall"] for score in scores]
+        metrics: dict[str, list[Any]] = collections.defaultdict(list)
+        for score in scores:
+            for key, value in score.items():
+                metrics[key].append(value)
+        return rewards, dict(metrics)
+
+    return compute_reward_batch
+
+
+def test_easyr1_batch_reward_each_sample_guarded_overall_kept(tmp_path: Path) -> None:
+    reward_file = tmp_path / "guarded_math.py"
+    reward_file.write_text(
+        "from pytest_rewardhang.adapters.easyr1 import guarded_batch_reward\n\n"
+        'REWARD_NAME = "math"\nREWARD_TYPE = "batch"\n'
+        f"compute_score = guarded_batch_reward({spec('easyr1_math')!r}, budget={BUDGET},"
+        " workers=2, slow_s=5.0,"
+        ' warmup={"response": "42", "response_length": 2, "ground_truth": "42"})\n'
+    )
+    compute = easyr1_compute_reward_batch(reward_file, "compute_score", format_weight=0.5)
+    started = time.monotonic()
+    # The hang is the first answer the adapter sees: its keys come from the warm-up.
+    rewards, metrics = compute(["hang", "<think> so 42", "so 7", "hang again"], "42")
+    assert time.monotonic() - started < BUDGET + 5.0  # two hangs side by side, not in turn
+    assert rewards == [0.0, 1.0, 0.0, 0.0]  # format_weight went to the scorer
+    assert metrics["accuracy"] == [0.0, 1.0, 0.0, 0.0]
+    assert metrics["format"] == [0.0, 1.0, 0.0, 0.0]
+    assert metrics["reward_hang"] == [1.0, 0.0, 0.0, 1.0]
+    assert all(len(column) == 4 for column in metrics.values())
+    assert set(metrics) == {
+        "overall",
+        "format",
+        "accuracy",
+        "reward_hang",
+        "reward_seconds",
+        "reward_slow",
+    }
+    with pytest.raises(ValueError, match="cannot parse"):
+        compute(["raise"], "42")
+
+
+async def areal_rlvr_rewards(wrapper: Any, completions: list[str]) -> list[Any]:
+    """AReaL's ``RLVRWorkflow._compute_rewards`` (inclusionAI/AReaL 4aef98d,
+    areal/workflow/rlvr.py:84-109): ``await async_reward_fn(prompt_str, completions_str,
+    input_tokens, output_tokens, **task_data)``, one per sample of a group, gathered."""
+    import asyncio
+
+    calls = [
+        wrapper("6*7?", text, [1, 2], [3, 4], answer="42", query_id="q1") for text in completions
+    ]
+    return list(await asyncio.gather(*calls))
+
+
+def test_areal_wrapper_call_shape_kills_a_hang_and_never_retries_it() -> None:
+    import asyncio
+
+    from pytest_rewardhang.adapters.areal import GuardedRewardWrapper
+
+    # AsyncRewardWrapper(reward_fn, timeout_seconds=15, max_workers=None, max_retries=3)
+    # (areal/api/reward_api.py:64-100), awaited as areal's workflows await it.
+    wrapper = GuardedRewardWrapper(
+        _scorer_function("areal_gsm8k"), timeout_seconds=BUDGET, max_workers=2, max_retries=3
+    )
+    started = time.monotonic()
+    rewards = asyncio.run(areal_rlvr_rewards(wrapper, ["so 42", "hang", "so 7", "hang"]))
+    # AReaL's own wrapper waits 4 x timeout for each hang and leaves it running; this one
+    # kills it at its budget, once.
+    assert time.monotonic() - started < BUDGET + 5.0
+    assert rewards == [1.0, 0.0, 0.0, 0.0]
+
+
+def _scorer_function(name: str) -> Any:
+    """The scorer itself, as AReaL passes the function (not a spec)."""
+    from tests.adapters import _scorers
+
+    return getattr(_scorers, name)
