@@ -175,8 +175,10 @@ class Slime(Contract):
 class Gym(Contract):
     style = "gym"
     path = "/verify"
-    # NeMo Gym's agents open each rollout with /seed_session on the resources server.
-    extra_paths = ("/seed_session",)
+    # NeMo Gym's agents open each rollout with /seed_session on the resources server, and
+    # those of session environments close it with /close (responses_api_agents/
+    # gymnasium_agent/app.py:137-146): nothing is kept per session here, so both are {}.
+    extra_paths = ("/seed_session", "/close")
     # Gym's ``gym eval reverify`` asks each resources server whether a stored rollout can be
     # verified again alone (nemo_gym/base_resources_server.py:145,187): here it can, nothing
     # is kept between requests.

@@ -53,6 +53,7 @@ def test_openrlhf_gets_a_dict_scorers_components_lined_up_with_a_hang_before_any
 def test_gym_gets_reward_components_and_top_level_metrics(dict_pool: Pool) -> None:
     app = RewardApp(contract("gym", slow_s=0.2), GuardedScoring(dict_pool, 0.0))
     assert call(app, "GET", "/reverify_mode") == (200, "stateless")
+    assert call(app, "POST", "/close", b"{}") == (200, {})  # a session's close: none kept
 
     def body(text: str) -> dict[str, Any]:
         output = [{"type": "message", "content": [{"type": "output_text", "text": text}]}]
