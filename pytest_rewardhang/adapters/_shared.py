@@ -301,11 +301,10 @@ def learn_from_warmup(scorer: Scorer, pool: Pool, warmup: Any) -> None:
     warm-up that does not answer teaches nothing."""
     if _key(scorer) in _templates:
         return
-    out = (
-        pool.submit(*warmup).result()
-        if isinstance(warmup, tuple)
-        else (pool.submit(**warmup).result())
-    )
+    if isinstance(warmup, tuple):
+        out = pool.submit(*warmup).result()
+    else:
+        out = pool.submit(**warmup).result()
     if out.ok:
         learn(scorer, out.value)
 
@@ -523,6 +522,8 @@ class Scoring:
         self.hang_log = hang_log
         self.name = name or scorer_name(scorer)
         self.warmup = warmup_key(warmup)
+        #: The warm-up item as the pool scores it, to learn the answers' shape from.
+        self.warmup_item = None if self.warmup is None else pickle.loads(self.warmup)
         #: Each sample in a process of its own, forked from its warm worker: see Pool.
         self.isolate = isolate
         #: What confines each sample's processes besides its budget: see Pool.
@@ -549,8 +550,7 @@ class Scoring:
         )
 
     def pool(self) -> Pool:
-        warmup = None if self.warmup is None else pickle.loads(self.warmup)
-        return pool_for(*self._pool_options(), shape_of=(self.scorer, warmup))
+        return pool_for(*self._pool_options(), shape_of=(self.scorer, self.warmup_item))
 
     def accepts(self) -> Accepts:
         return accepts(self.scorer)

@@ -10,7 +10,12 @@ process, so concurrent samples share its workers, each under ``budget`` seconds.
 crash, memory blow-up or an argument that cannot be pickled the call returns ``default`` and
 logs the sample, instead of hanging the step; when the scorer returns dicts (verl's math_dapo
 returns ``{"score", "acc", "pred"}``), that default is a dict with the same keys, ``score``
-being ``default`` (a dict ``default`` is returned as given). An exception the scorer raises is
+being ``default`` (a dict ``default`` is returned as given): the keys are learnt in each
+process from the ``warmup`` item, scored once more when the pool is up, or else from the first
+answer, so give a dict scorer a ``warmup`` or a dict ``default`` (verl's reward loop indexes
+every sample with the first one's keys). With ``slow_s`` set, every answer is a dict holding
+``reward_hang``, ``reward_seconds`` and ``reward_slow`` too (a number ``v`` as
+``{"score": v, "acc": v}``, as verl logs one). An exception the scorer raises is
 raised here, as it would be unguarded. Only the arguments the scorer's signature takes are
 shipped to the worker (verl may add ``reward_model_tokenizer``, a whole tokenizer); a
 ``reward_kwargs`` key that neither the guard nor the scorer takes (a misspelt ``budget``) is
