@@ -16,9 +16,10 @@ Ray; make it an actor with ``ray.remote``, or place actors on every node with
 
 Each item of a batch is a tuple of positional or a dict of keyword arguments, as for
 :meth:`Pool.map`. The methods are synchronous: several calls in flight (``max_concurrency``,
-16 unless told) share the pool's workers from Ray's threads, and verl's remote reward manager,
-whose workers "cannot have async methods", calls :meth:`RewardActor.compute_score` as it calls
-its own ``RewardComputeWorker``.
+16 unless told) share the pool's workers from Ray's threads. :meth:`RewardActor.compute_score`
+has the call of verl's ``RewardComputeWorker`` (keyword arguments, one item), but verl's remote
+reward manager makes its own workers and takes no other class: there, the verl adapter's sync
+``compute_score`` with ``workers=1`` is the custom reward function (see ``docs/ray.md``).
 """
 
 from __future__ import annotations
