@@ -275,6 +275,8 @@ def only_accepted(
 # --- what a hung sample scores ---------------------------------------------------------------
 
 _templates: dict[Any, dict[str, Any]] = {}
+#: How many samples of each scorer got a bare default before its keys were known here.
+_bare: dict[Any, int] = {}
 
 
 def _zero_like(value: Any) -> Any:
@@ -287,10 +289,22 @@ def _zero_like(value: Any) -> Any:
 
 
 def learn(scorer: Scorer, value: Any) -> None:
-    """Remember the keys of a dict the scorer returned, for the default of a hung sample."""
+    """Remember the keys of a dict the scorer returned, for the default of a hung sample; say
+    once if samples got a bare default before: the trainer may have indexed them by key."""
     if isinstance(value, dict) and _key(scorer) not in _templates:
         with _lock:
             _templates.setdefault(_key(scorer), {k: _zero_like(v) for k, v in value.items()})
+            bare = _bare.pop(_key(scorer), 0)
+        if bare:
+            log.warning(
+                "%s: %d sample(s) got a bare default before its first dict answer in this"
+                " process (pid %d), where a trainer that indexes the answers' keys (verl's"
+                " reward loop) fails: give the adapter warmup= (one sample, scored when the pool"
+                " starts) or a dict default",
+                _shown(scorer),
+                bare,
+                os.getpid(),
+            )
 
 
 def learn_from_warmup(scorer: Scorer, pool: Pool, warmup: Any) -> None:
@@ -316,6 +330,8 @@ def default_for(scorer: Scorer, default: Any, score_key: str = "score") -> Any:
         return dict(default)
     template = _templates.get(_key(scorer))
     if template is None:
+        with _lock:
+            _bare[_key(scorer)] = _bare.get(_key(scorer), 0) + 1
         return default
     return {**template, score_key: default}
 

@@ -92,6 +92,7 @@ def in_a_fresh_worker(**options: Any) -> dict[str, Any]:
     )
     assert done.returncode == 0, done.stderr
     answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    answer["said"] = "got a bare default before its first dict answer" in done.stderr
     return answer
 
 
@@ -99,10 +100,13 @@ def in_a_fresh_worker(**options: Any) -> dict[str, Any]:
 def test_a_crash_before_any_dict_answer_is_verls_key_error_unless_the_shape_is_known(
     path: str,
 ) -> None:
-    # Nothing known: the first answer in the process is the crash, a bare number.
-    assert in_a_fresh_worker(path=path, default=-1.0) == {"KeyError": "'score'"}
+    # Nothing known: the first answer in the process is the crash, a bare number; the first
+    # dict answer says so, naming what to give.
+    bare = in_a_fresh_worker(path=path, default=-1.0)
+    assert bare == {"KeyError": "'score'", "said": True}
     # Learnt from the warm-up, scored once more when the pool is up.
     learnt = in_a_fresh_worker(path=path, default=-1.0, warmup=WARMUP)
+    assert not learnt["said"]
     assert learnt["scores"] == [-1.0, 1.0, 0.0]
     assert learnt["columns"] == {
         "score": [1.0, -1.0, 1.0, 0.0],
