@@ -148,6 +148,7 @@ _EXTRA_MODULES = {
     "ray": ("ray",),
     "bench": ("sympy", "numpy", "aiohttp"),
     "serve": ("uvicorn",),
+    "trl": ("trl", "torch"),
 }
 
 
