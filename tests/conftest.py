@@ -149,6 +149,7 @@ _EXTRA_MODULES = {
     "bench": ("sympy", "numpy", "aiohttp"),
     "serve": ("uvicorn",),
     "trl": ("trl", "torch"),
+    "verl": ("verl", "tensordict", "omegaconf"),
 }
 
 
