@@ -148,6 +148,8 @@ _EXTRA_MODULES = {
     "ray": ("ray",),
     "bench": ("sympy", "numpy", "aiohttp"),
     "serve": ("uvicorn",),
+    "trl": ("trl", "torch"),
+    "verl": ("verl", "tensordict", "omegaconf"),
 }
 
 

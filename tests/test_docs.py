@@ -899,10 +899,11 @@ def assert_shape(documented: Any, real: Any, where: str) -> None:
 PARSED = {page.relative_to(ROOT).as_posix(): parse_page(page) for page in PAGES}
 BLOCKS = [block for page in PARSED.values() for block in page.blocks]
 #: Skipped blocks of code (text and yaml aside) a page may have; any other page, none. Keep these
-#: small and every reason honest. README's is the test command itself; benchmarks/README.md's are
+#: small and every reason honest. README's are the test command itself and the front door's install
+#: (docs/install.md runs it whole); benchmarks/README.md's are
 #: the benchmarks' full runs (minutes each; tests/test_benchmarks.py makes their --quick or --dry
 #: runs); Ray's is its driver (tests/adapters/test_ray.py runs it on a cluster).
-MAX_SKIPPED = {"README.md": 1, "benchmarks/README.md": 12, "docs/ray.md": 1}
+MAX_SKIPPED = {"README.md": 2, "benchmarks/README.md": 12, "docs/ray.md": 1}
 
 
 def test_blocks_are_found() -> None:

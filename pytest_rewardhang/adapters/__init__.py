@@ -10,6 +10,8 @@ limits, warm-up and process, shared by every thread and coroutine (see ``docs/tr
 - :mod:`pytest_rewardhang.adapters.openrlhf`: OpenRLHF's ``reward_func(queries, prompts, labels)``.
 - :mod:`pytest_rewardhang.adapters.slime`: slime's ``async def rm(args, sample)`` and group form.
 - :mod:`pytest_rewardhang.adapters.verifiers`: a verifiers rubric function.
+- :mod:`pytest_rewardhang.adapters.areal`: AReaL's ``AsyncRewardWrapper``, with its call shape.
+- :mod:`pytest_rewardhang.adapters.easyr1`: EasyR1's batch reward function.
 - :mod:`pytest_rewardhang.adapters.generic`: ``await score(...)`` / ``score_sync(...)`` for the
   rest (SkyRL, rllm, NeMo Gym).
 """

@@ -16,10 +16,10 @@ import logging
 import os
 import pickle
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 # Absolute imports throughout the adapters: verl loads a custom reward file as a standalone
 # module ("custom_module_<hash>"), where relative imports fail. The guard's public API only.
@@ -125,9 +125,13 @@ def pool_for(
     max_processes: int | None = MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    *,
+    shape_of: tuple[Scorer, Any] | None = None,
 ) -> Pool:
     """The warm pool for this scorer, these limits and this warm-up item (its
-    :func:`warmup_key`), started on the first sample in this process."""
+    :func:`warmup_key`), started on the first sample in this process; once it is up, the
+    warm-up is scored again to learn the shape of ``shape_of``'s scorer's answers (the pool's
+    own scorer unless said: one of a :class:`Together`)."""
     budget = float(budget)
     key = _pool_key(
         scorer, budget, memory_mb, workers, warmup, isolate, max_processes, network, unprivileged
@@ -162,6 +166,9 @@ def pool_for(
             with _lock:
                 _failed[key] = (type(exc), text)
             raise type(exc)(text) from None
+        if warmup is not None:
+            learned, item = shape_of or (scorer, pickle.loads(warmup))
+            learn_from_warmup(learned, pool, item)
         with _lock:
             _pools[key] = pool
         return pool
@@ -268,6 +275,8 @@ def only_accepted(
 # --- what a hung sample scores ---------------------------------------------------------------
 
 _templates: dict[Any, dict[str, Any]] = {}
+#: How many samples of each scorer got a bare default before its keys were known here.
+_bare: dict[Any, int] = {}
 
 
 def _zero_like(value: Any) -> Any:
@@ -280,20 +289,124 @@ def _zero_like(value: Any) -> Any:
 
 
 def learn(scorer: Scorer, value: Any) -> None:
-    """Remember the keys of a dict the scorer returned, for the default of a hung sample."""
+    """Remember the keys of a dict the scorer returned, for the default of a hung sample; say
+    once if samples got a bare default before: the trainer may have indexed them by key."""
     if isinstance(value, dict) and _key(scorer) not in _templates:
         with _lock:
             _templates.setdefault(_key(scorer), {k: _zero_like(v) for k, v in value.items()})
+            bare = _bare.pop(_key(scorer), 0)
+        if bare:
+            log.warning(
+                "%s: %d sample(s) got a bare default before its first dict answer in this"
+                " process (pid %d), where a trainer that indexes the answers' keys (verl's"
+                " reward loop) fails: give the adapter warmup= (one sample, scored when the pool"
+                " starts) or a dict default",
+                _shown(scorer),
+                bare,
+                os.getpid(),
+            )
 
 
-def default_for(scorer: Scorer, default: Any) -> Any:
-    """``default``, shaped like the scorer's dict results when it returns dicts."""
+def learn_from_warmup(scorer: Scorer, pool: Pool, warmup: Any) -> None:
+    """Score the warm-up item once more, on the new pool, to learn the shape of the scorer's
+    answers before any sample's: the zygote keeps its own warm-up's answer, and a sample that
+    hangs or crashes first in this process (each of verl's reward workers is one) would get a
+    bare number where the trainer indexes the dict's keys. Bounded by the pool's budget; a
+    warm-up that does not answer teaches nothing."""
+    if _key(scorer) in _templates:
+        return
+    if isinstance(warmup, tuple):
+        out = pool.submit(*warmup).result()
+    else:
+        out = pool.submit(**warmup).result()
+    if out.ok:
+        learn(scorer, out.value)
+
+
+def default_for(scorer: Scorer, default: Any, score_key: str = "score") -> Any:
+    """``default``, shaped like the scorer's dict results when it returns dicts: their keys,
+    ``score_key`` (verl's ``score``, EasyR1's ``overall``) being ``default``."""
     if isinstance(default, Mapping):  # verl's Hydra hands a YAML mapping over as a DictConfig
         return dict(default)
     template = _templates.get(_key(scorer))
     if template is None:
+        with _lock:
+            _bare[_key(scorer)] = _bare.get(_key(scorer), 0) + 1
         return default
-    return {**template, "score": default}
+    return {**template, score_key: default}
+
+
+# --- what each sample reports beside its score -----------------------------------------------
+
+#: 1.0 for a sample that got the default (hung, crashed, out of memory, unshippable), else 0.0.
+HANG_METRIC = "reward_hang"
+#: The sample's scoring time in seconds: its wall time in the worker, up to its budget.
+SECONDS_METRIC = "reward_seconds"
+#: 1.0 for a sample whose scoring took over the user's ``slow_s``, else 0.0.
+SLOW_METRIC = "reward_slow"
+
+
+def check_slow_s(slow_s: object) -> None:
+    """The one-line ValueError for a ``slow_s`` that is not None or a positive number."""
+    if slow_s is None:
+        return
+    if (
+        isinstance(slow_s, int | float)
+        and not isinstance(slow_s, bool)
+        and 0 < slow_s < float("inf")
+    ):
+        return
+    raise ValueError(f"slow_s must be a positive number of seconds or None, not {slow_s!r}")
+
+
+def sample_metrics(out: Outcome, slow_s: float | None) -> dict[str, float]:
+    """One sample's metrics, under the names every adapter and ``serve`` use: whether it got
+    the default, and, when the user set ``slow_s``, its scoring time and whether it was slow."""
+    metrics = {HANG_METRIC: 0.0 if out.ok else 1.0}
+    if slow_s is not None:
+        metrics[SECONDS_METRIC] = float(out.wall_s)
+        metrics[SLOW_METRIC] = 1.0 if out.wall_s > slow_s else 0.0
+    return metrics
+
+
+# --- several scorers on one pool -------------------------------------------------------------
+
+
+class Together:
+    """Several scorers as one pool's callable: ``Together(scorers)(i, *args, **kwargs)`` is
+    ``scorers[i](*args, **kwargs)``, so that a trainer's reward functions share one zygote and
+    its workers instead of starting a pool each. It travels to the zygote pickled (its class is
+    importable); ``Together(scorers)(None)``, the pool's warm-up, imports every spec there, once
+    for every worker, and never in the trainer's process."""
+
+    __slots__ = ("_loaded", "scorers")
+
+    def __init__(self, scorers: Iterable[Scorer]) -> None:
+        self.scorers = tuple(scorers)
+        self._loaded: dict[int, Callable[..., Any]] = {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.scorers,))
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.scorers == self.scorers
+
+    def __hash__(self) -> int:
+        return hash(tuple(_key(scorer) for scorer in self.scorers))
+
+    def __call__(self, which: int | None, /, *args: Any, **kwargs: Any) -> Any:
+        if which is None:
+            for i in range(len(self.scorers)):
+                self._scorer(i)
+            return None
+        return self._scorer(which)(*args, **kwargs)
+
+    def _scorer(self, i: int) -> Callable[..., Any]:
+        fn = self._loaded.get(i)
+        if fn is None:
+            scorer = self.scorers[i]
+            fn = self._loaded[i] = load_callable(scorer) if isinstance(scorer, str) else scorer
+        return fn
 
 
 # --- one outcome, one score ------------------------------------------------------------------
@@ -394,6 +507,9 @@ class Scoring:
     """One scorer on its warm pool: samples in (keyword arguments), scores out, from any thread
     or coroutine at once. What the adapters build on."""
 
+    #: The key of the reward in the scorer's dict answers, ``default`` in a default's.
+    score_key = "score"
+
     def __init__(
         self,
         scorer: Scorer,
@@ -409,8 +525,13 @@ class Scoring:
         max_processes: int | None = MAX_PROCESSES,
         network: bool = True,
         unprivileged: bool = False,
+        slow_s: float | None = None,
+        via: tuple[Scorer, tuple[Any, ...]] | None = None,
     ) -> None:
+        """``via``: what the pool runs instead of the scorer (a :class:`Together`), and what
+        comes before each sample's arguments to it; ``warmup`` is then that pool's own."""
         # Here, not at the first sample in training, where the pool is made.
+        check_slow_s(slow_s)
         Pool.check_limits(
             budget,
             memory_mb,
@@ -429,17 +550,23 @@ class Scoring:
         self.hang_log = hang_log
         self.name = name or scorer_name(scorer)
         self.warmup = warmup_key(warmup)
+        #: The warm-up item as the pool scores it, to learn the answers' shape from.
+        self.warmup_item = None if self.warmup is None else pickle.loads(self.warmup)
         #: Each sample in a process of its own, forked from its warm worker: see Pool.
         self.isolate = isolate
         #: What confines each sample's processes besides its budget: see Pool.
         self.max_processes = max_processes
         self.network = network
         self.unprivileged = unprivileged
+        #: Over this many seconds a sample is slow; None: no timing metrics.
+        self.slow_s = slow_s
+        #: What the pool runs, and what comes before each sample's arguments.
+        self.target, self.prefix = (scorer, ()) if via is None else via
 
     def _pool_options(self) -> tuple[Any, ...]:
         """:func:`pool_for`'s arguments, and :func:`_pool_key`'s."""
         return (
-            self.scorer,
+            self.target,
             self.budget,
             self.memory_mb,
             self.workers,
@@ -451,38 +578,61 @@ class Scoring:
         )
 
     def pool(self) -> Pool:
-        return pool_for(*self._pool_options())
+        return pool_for(*self._pool_options(), shape_of=(self.scorer, self.warmup_item))
 
     def accepts(self) -> Accepts:
         return accepts(self.scorer)
 
     def submit(self, kwargs: Mapping[str, Any]) -> Future[Outcome]:
-        return self.pool().submit(**kwargs)
+        return self.pool().submit(*self.prefix, **kwargs)
 
     def result(self, out: Outcome, kwargs: Mapping[str, Any]) -> Any:
         """The score of one sample from its outcome."""
         if out.status is Status.OK:
             learn(self.scorer, out.value)
             return out.value
-        default = default_for(self.scorer, self.default)
+        default = default_for(self.scorer, self.default, self.score_key)
         return value_or_default(out, default, kwargs, self.hang_log, self.name)
+
+    def metrics(self, out: Outcome) -> dict[str, float]:
+        """The sample's metrics (:func:`sample_metrics`) under this scoring's ``slow_s``."""
+        return sample_metrics(out, self.slow_s)
 
     def score(self, kwargs: Mapping[str, Any]) -> Any:
         """One sample, blocking this thread only; other threads' samples run beside it."""
-        return self.result(self.submit(kwargs).result(), kwargs)
+        return self.scored(kwargs)[0]
+
+    def scored(self, kwargs: Mapping[str, Any]) -> tuple[Any, Outcome]:
+        """One sample's score and its outcome, blocking this thread only."""
+        out = self.submit(kwargs).result()
+        return self.result(out, kwargs), out
 
     def score_many(self, samples: list[dict[str, Any]]) -> list[Any]:
         """Samples in order, all submitted at once so that they spread over every worker."""
+        return [value for value, _ in self.scored_many(samples)]
+
+    def scored_many(self, samples: list[dict[str, Any]]) -> list[tuple[Any, Outcome]]:
+        """:meth:`score_many`, each score with its outcome."""
         futures = [self.submit(kwargs) for kwargs in samples]
-        return [self.result(f.result(), s) for f, s in zip(futures, samples, strict=True)]
+        outs = [f.result() for f in futures]
+        return [(self.result(o, s), o) for o, s in zip(outs, samples, strict=True)]
 
     async def ascore(self, kwargs: Mapping[str, Any]) -> Any:
         """One sample, awaited: the event loop runs on while a worker scores it."""
+        return (await self.ascored(kwargs))[0]
+
+    async def ascored(self, kwargs: Mapping[str, Any]) -> tuple[Any, Outcome]:
+        """One sample's score and its outcome, awaited."""
         pool = await self._apool()
-        return self.result(await pool.asubmit(**kwargs), kwargs)
+        out = await pool.asubmit(*self.prefix, **kwargs)
+        return self.result(out, kwargs), out
 
     async def ascore_many(self, samples: list[dict[str, Any]]) -> list[Any]:
-        return list(await asyncio.gather(*(self.ascore(kwargs) for kwargs in samples)))
+        return [value for value, _ in await self.ascored_many(samples)]
+
+    async def ascored_many(self, samples: list[dict[str, Any]]) -> list[tuple[Any, Outcome]]:
+        """:meth:`ascore_many`, each score with its outcome."""
+        return list(await asyncio.gather(*(self.ascored(kwargs) for kwargs in samples)))
 
     async def aaccepts(self) -> Accepts:
         """:meth:`accepts` without blocking the event loop the first time (a forked probe)."""
@@ -500,7 +650,7 @@ class Scoring:
 
 
 #: The keywords an adapter object passes on to :class:`Scoring`.
-_LIMITS = frozenset(inspect.signature(Scoring).parameters) - {"scorer"}
+_LIMITS = frozenset(inspect.signature(Scoring).parameters) - {"scorer", "via"}
 
 
 class Pooled:
@@ -509,8 +659,11 @@ class Pooled:
     Trainers log a reward function under its ``__name__``, so the adapter takes the scorer's.
     """
 
-    def __init__(self, scorer: Scorer, **limits: Any) -> None:
-        """``limits``: :class:`Scoring`'s keywords (budget, default, workers, warmup, ...)."""
+    def __init__(
+        self, scorer: Scorer, via: tuple[Scorer, tuple[Any, ...]] | None = None, **limits: Any
+    ) -> None:
+        """``limits``: :class:`Scoring`'s keywords (budget, default, workers, warmup, ...);
+        ``via``: :class:`Scoring`'s."""
         unknown = sorted(set(limits) - _LIMITS)
         if unknown:
             # Named as the user called it: Scoring is not theirs to know.
@@ -518,8 +671,22 @@ class Pooled:
                 f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}"
                 f" (the guard's keywords are {', '.join(sorted(_LIMITS))})"
             )
-        self.scoring = Scoring(scorer, **limits)
+        self.scoring = Scoring(scorer, via=via, **limits)
         self.__name__ = self.scoring.name
+
+    @classmethod
+    def together(cls, scorers: Sequence[Scorer], **options: Any) -> list[Self]:
+        """One of these per scorer, all scoring on one pool (one zygote importing them all, and
+        its ``workers``) under the same ``options``: each sample of any of them takes the next
+        free worker."""
+        if options.get("warmup") is not None:
+            raise ValueError(
+                "warmup cannot be given to scorers that share a pool: its warm-up imports every"
+                " one of them"
+            )
+        shared = Together(scorers)
+        options["warmup"] = (None,)  # Together's own: imports them all in the zygote
+        return [cls(scorer, via=(shared, (i,)), **options) for i, scorer in enumerate(scorers)]
 
 
 def scorer_name(scorer: Scorer) -> str:

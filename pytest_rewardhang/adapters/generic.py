@@ -31,11 +31,12 @@ class PooledScorer(_shared.Pooled):
     async def score(self, *args: Any, **kwargs: Any) -> Any:
         """``scorer(*args, **kwargs)`` in a worker, awaited."""
         pool = await self.scoring._apool()
-        return self.scoring.result(await pool.asubmit(*args, **kwargs), _logged(args, kwargs))
+        out = await pool.asubmit(*self.scoring.prefix, *args, **kwargs)
+        return self.scoring.result(out, _logged(args, kwargs))
 
     def score_sync(self, *args: Any, **kwargs: Any) -> Any:
         """``scorer(*args, **kwargs)`` in a worker; blocks this thread only."""
-        out = self.scoring.pool().submit(*args, **kwargs).result()
+        out = self.scoring.pool().submit(*self.scoring.prefix, *args, **kwargs).result()
         return self.scoring.result(out, _logged(args, kwargs))
 
 

@@ -12,8 +12,10 @@ the prompt cut off, as OpenRLHF's own examples do), ``query``, ``prompt`` and ``
 return a number, or a dict with ``score`` whose other numeric values go to ``extra_logs``
 (each list one number a sample: 0.0 where a sample has none, as a defaulted one). A sample
 that hangs, crashes, blows its memory or cannot be pickled scores ``default`` (a number), with
-one warning line and ``reward_hang_default`` 1.0 in ``extra_logs``; a score ``float()`` does
-not take raises a ``TypeError`` naming it, as an exception the scorer raised is raised.
+one warning line and ``reward_hang`` 1.0 in ``extra_logs``; a score ``float()`` does
+not take raises a ``TypeError`` naming it, as an exception the scorer raised is raised. With
+``slow_s`` set, ``extra_logs`` also holds each sample's scoring time, ``reward_seconds``, and
+``reward_slow``, 1.0 for a sample over ``slow_s`` seconds.
 """
 
 from __future__ import annotations
@@ -25,9 +27,6 @@ from typing import Any
 from pytest_rewardhang.adapters import _shared
 
 __all__ = ["PooledRewardFunc", "pooled_reward_func"]
-
-#: The ``extra_logs`` key counting samples that got the default.
-_DEFAULTED = "reward_hang_default"
 
 
 class PooledRewardFunc(_shared.Pooled):
@@ -50,13 +49,10 @@ class PooledRewardFunc(_shared.Pooled):
             response = query[where + len(prompt) :] if where >= 0 else query
             sample = {"response": response, "query": query, "prompt": prompt, "label": label}
             samples.append({k: v for k, v in sample.items() if took.takes(k)})
-        futures = [self.scoring.submit(sample) for sample in samples]
         rewards: list[float] = []
         extras: list[dict[str, float]] = []
-        for future, sample in zip(futures, samples, strict=True):
-            out = future.result()
-            value = self.scoring.result(out, sample)
-            extra = {_DEFAULTED: 0.0 if out.ok else 1.0}
+        for value, out in self.scoring.scored_many(samples):
+            extra = self.scoring.metrics(out)
             if isinstance(value, dict):
                 for key, number in value.items():
                     if key != "score" and isinstance(number, int | float):

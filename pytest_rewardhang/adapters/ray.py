@@ -16,9 +16,10 @@ Ray; make it an actor with ``ray.remote``, or place actors on every node with
 
 Each item of a batch is a tuple of positional or a dict of keyword arguments, as for
 :meth:`Pool.map`. The methods are synchronous: several calls in flight (``max_concurrency``,
-16 unless told) share the pool's workers from Ray's threads, and verl's remote reward manager,
-whose workers "cannot have async methods", calls :meth:`RewardActor.compute_score` as it calls
-its own ``RewardComputeWorker``.
+16 unless told) share the pool's workers from Ray's threads. :meth:`RewardActor.compute_score`
+has the call of verl's ``RewardComputeWorker`` (keyword arguments, one item), but verl's remote
+reward manager makes its own workers and takes no other class: there, the verl adapter's sync
+``compute_score`` with ``workers=1`` is the custom reward function (see ``docs/ray.md``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_rewardhang import guard
+from pytest_rewardhang.adapters import _shared
 
 __all__ = ["RewardActor", "actors_per_node"]
 
@@ -39,7 +41,11 @@ _log = logging.getLogger("pytest_rewardhang.adapters")
 
 
 class RewardActor:
-    """Scores batches on one warm guarded pool; ``default`` for an item that is not OK."""
+    """Scores batches on one warm guarded pool; ``default`` for an item that is not OK.
+
+    When the scorer returns dicts, ``default`` is a dict of their keys, ``score`` being
+    ``default`` (a dict ``default`` is used as given): their keys are learnt from the warm-up
+    item, scored once more when the pool is up, or else from the first answer in the actor."""
 
     def __init__(
         self,
@@ -67,6 +73,8 @@ class RewardActor:
         self._scorer = scorer
         # Made here, once per actor process: warm before the first call, gone with the actor.
         self.pool = guard.Pool(scorer, **self._options)
+        if warmup is not None:
+            _shared.learn_from_warmup(scorer, self.pool, warmup)
         self.default = default
         self.statuses: Counter[str] = Counter()
         self._counting = threading.Lock()  # calls in flight run on Ray's threads at once
@@ -117,7 +125,10 @@ class RewardActor:
     def _scored(self, out: guard.Outcome) -> tuple[Any, str]:
         with self._counting:
             self.statuses[out.status.value] += 1
-        return (out.value if out.ok else self.default), out.status.value
+        if out.ok:
+            _shared.learn(self._scorer, out.value)
+            return out.value, out.status.value
+        return _shared.default_for(self._scorer, self.default), out.status.value
 
 
 def actors_per_node(

@@ -5,6 +5,7 @@ Wrap a per-sample scorer and pass the result in ``GRPOTrainer(reward_funcs=[...]
     from pytest_rewardhang.adapters.trl import async_pooled_reward, pooled_reward
     accuracy = pooled_reward("my_rewards.math:accuracy", budget=2.0, default=0.0)
     accuracy = async_pooled_reward("my_rewards.math:accuracy")  # TRL awaits it, beside others
+    accuracy, fmt = pooled_rewards(["my_rewards.math:accuracy", "my_rewards.fmt:ok"], workers=4)
 
 TRL calls a reward function with the batch: ``prompts``, ``completions``, ``completion_ids``,
 every dataset column as a list, and batch-wide objects (``trainer_state``, ``log_extra``,
@@ -13,8 +14,18 @@ every dataset column as a list, and batch-wide objects (``trainer_state``, ``log
 has ``**kwargs``); the batch-wide arguments and ``completion_ids`` are never shipped to a worker.
 All samples are submitted at once and spread over the pool's warm workers, each under
 ``budget`` seconds. A sample that hangs, crashes, blows its memory or cannot be pickled scores
-``default`` (``None`` tells TRL to ignore it) with one warning line; an exception the scorer
-raises is raised here.
+``default`` with one warning line; an exception the scorer raises is raised here. ``None`` is
+the default to give: TRL turns it into NaN and leaves the sample out of its group's baseline
+(a sample every reward function left unscored gets no advantage), where ``0.0`` would count
+as a wrong answer.
+
+Through TRL's ``log_metric``, each call logs per sample ``reward_hang`` (1.0 for a sample that
+got the default) and, with ``slow_s`` set, ``reward_seconds`` and ``reward_slow``: TRL averages
+each over the logging step beside its own metrics.
+
+``AsyncGRPOTrainer`` pickles its reward functions into a spawned process and calls a sync one
+through ``asyncio.to_thread``: give it :func:`pooled_reward` (picklable; its pool starts in that
+process), not :func:`async_pooled_reward` (a closure, which does not pickle).
 """
 
 from __future__ import annotations
@@ -24,8 +35,9 @@ from typing import Any
 
 from pytest_rewardhang.adapters import _shared
 from pytest_rewardhang.guard import MAX_PROCESSES as _MAX_PROCESSES
+from pytest_rewardhang.guard import Outcome as _Outcome
 
-__all__ = ["PooledReward", "async_pooled_reward", "pooled_reward"]
+__all__ = ["PooledReward", "async_pooled_reward", "pooled_reward", "pooled_rewards"]
 
 #: What TRL passes for the whole batch, or that is no use to a per-sample scorer: never shipped.
 _BATCH_WIDE = frozenset(
@@ -68,16 +80,28 @@ class PooledReward(_shared.Pooled):
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[Any]:
         samples = self.samples(self.scoring.accepts(), completions, kwargs)
-        return self.scoring.score_many(samples)
+        return self._logged(self.scoring.scored_many(samples), kwargs.get("log_metric"))
 
     async def ascore(self, completions: Sequence[Any], **kwargs: Any) -> list[Any]:
         """The batch's scores, awaited: TRL's event loop runs on while the workers score."""
         samples = self.samples(await self.scoring.aaccepts(), completions, kwargs)
-        return await self.scoring.ascore_many(samples)
+        scored = await self.scoring.ascored_many(samples)
+        return self._logged(scored, kwargs.get("log_metric"))
+
+    def _logged(self, scored: list[tuple[Any, _Outcome]], log_metric: Any) -> list[Any]:
+        """The scores; each sample's metrics through TRL's ``log_metric(name, value)``."""
+        if callable(log_metric):
+            for _, out in scored:
+                for name, value in self.scoring.metrics(out).items():
+                    log_metric(name, value)
+        return [value for value, _ in scored]
 
 
 #: A TRL ``reward_funcs`` entry that scores ``scorer`` per sample on a guarded pool.
 pooled_reward = PooledReward
+#: ``reward_funcs`` entries, one per scorer, all on one pool: one zygote imports every scorer,
+#: and the samples of all of them share its ``workers``.
+pooled_rewards = PooledReward.together
 
 
 def async_pooled_reward(
@@ -95,6 +119,7 @@ def async_pooled_reward(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
 ) -> Callable[..., Coroutine[Any, Any, list[Any]]]:
     """:func:`pooled_reward` as an ``async def`` TRL reward function.
 
@@ -116,6 +141,7 @@ def async_pooled_reward(
         max_processes=max_processes,
         network=network,
         unprivileged=unprivileged,
+        slow_s=slow_s,
     )
 
     async def reward(completions: Sequence[Any], **kwargs: Any) -> list[Any]:

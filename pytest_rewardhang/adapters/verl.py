@@ -10,7 +10,12 @@ process, so concurrent samples share its workers, each under ``budget`` seconds.
 crash, memory blow-up or an argument that cannot be pickled the call returns ``default`` and
 logs the sample, instead of hanging the step; when the scorer returns dicts (verl's math_dapo
 returns ``{"score", "acc", "pred"}``), that default is a dict with the same keys, ``score``
-being ``default`` (a dict ``default`` is returned as given). An exception the scorer raises is
+being ``default`` (a dict ``default`` is returned as given): the keys are learnt in each
+process from the ``warmup`` item, scored once more when the pool is up, or else from the first
+answer, so give a dict scorer a ``warmup`` or a dict ``default`` (verl's reward loop indexes
+every sample with the first one's keys). With ``slow_s`` set, every answer is a dict holding
+``reward_hang``, ``reward_seconds`` and ``reward_slow`` too (a number ``v`` as
+``{"score": v, "acc": v}``, as verl logs one). An exception the scorer raises is
 raised here, as it would be unguarded. Only the arguments the scorer's signature takes are
 shipped to the worker (verl may add ``reward_model_tokenizer``, a whole tokenizer); a
 ``reward_kwargs`` key that neither the guard nor the scorer takes (a misspelt ``budget``) is
@@ -33,6 +38,7 @@ from typing import Any, TypeVar
 
 from pytest_rewardhang.adapters import _shared
 from pytest_rewardhang.guard import MAX_PROCESSES as _MAX_PROCESSES
+from pytest_rewardhang.guard import Outcome as _Outcome
 
 __all__ = [
     "CODE_SOURCES",
@@ -112,6 +118,7 @@ def compute_score(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
     **kwargs: Any,
 ) -> Any:
     """verl's per-item signature; ``kwargs`` beyond the guard's own go to the scorer.
@@ -130,10 +137,12 @@ def compute_score(
         max_processes,
         network,
         unprivileged,
+        slow_s,
     )
     took = scoring.accepts()
     _say_unused(scoring, took, kwargs)
-    return scoring.score(_sample(took, data_source, solution_str, ground_truth, extra_info, kwargs))
+    sample = _sample(took, data_source, solution_str, ground_truth, extra_info, kwargs)
+    return _reported(scoring, *scoring.scored(sample))
 
 
 async def compute_score_async(
@@ -153,6 +162,7 @@ async def compute_score_async(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
     **kwargs: Any,
 ) -> Any:
     """:func:`compute_score` as an ``async def``, which verl's reward loop awaits."""
@@ -168,11 +178,12 @@ async def compute_score_async(
         max_processes,
         network,
         unprivileged,
+        slow_s,
     )
     took = await scoring.aaccepts()
     _say_unused(scoring, took, kwargs)
     sample = _sample(took, data_source, solution_str, ground_truth, extra_info, kwargs)
-    return await scoring.ascore(sample)
+    return _reported(scoring, *await scoring.ascored(sample))
 
 
 def compute_score_batch(
@@ -192,6 +203,7 @@ def compute_score_batch(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
     **kwargs: Any,
 ) -> list[Any]:
     """Legacy: verl's batch signature (``reward_model.reward_manager=batch``).
@@ -218,12 +230,13 @@ def compute_score_batch(
             max_processes,
             network,
             unprivileged,
+            slow_s,
         )
         took = scoring.accepts()
         _say_unused(scoring, took, kwargs)
         samples = [_sample(took, *rows[i], kwargs) for i in chosen]
-        for i, score in zip(chosen, scoring.score_many(samples), strict=True):
-            scores[i] = score
+        for i, (score, out) in zip(chosen, scoring.scored_many(samples), strict=True):
+            scores[i] = _reported(scoring, score, out)
     return scores
 
 
@@ -240,6 +253,7 @@ def guarded_compute_score(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
 ) -> Callable[..., Any]:
     """:func:`compute_score` bound to one scorer, for ``custom_reward_function.name``."""
     return _bound(
@@ -255,6 +269,7 @@ def guarded_compute_score(
         max_processes,
         network,
         unprivileged,
+        slow_s,
     )
 
 
@@ -271,6 +286,7 @@ def guarded_compute_score_async(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     """:func:`compute_score_async` bound to one scorer; still a coroutine function to verl
     (``inspect.iscoroutinefunction`` sees through ``functools.partial``)."""
@@ -287,6 +303,7 @@ def guarded_compute_score_async(
         max_processes,
         network,
         unprivileged,
+        slow_s,
     )
 
 
@@ -303,6 +320,7 @@ def guarded_compute_score_batch(
     max_processes: int | None = _MAX_PROCESSES,
     network: bool = True,
     unprivileged: bool = False,
+    slow_s: float | None = None,
 ) -> Callable[..., list[Any]]:
     """Legacy: :func:`compute_score_batch` bound to one scorer."""
     return _bound(
@@ -318,6 +336,7 @@ def guarded_compute_score_batch(
         max_processes,
         network,
         unprivileged,
+        slow_s,
     )
 
 
@@ -333,6 +352,7 @@ def _scoring(
     max_processes: int | None,
     network: bool,
     unprivileged: bool,
+    slow_s: float | None,
 ) -> _shared.Scoring:
     name = scorer if isinstance(scorer, str) else getattr(scorer, "__qualname__", repr(scorer))
     return _shared.Scoring(
@@ -350,6 +370,7 @@ def _scoring(
         max_processes=max_processes,
         network=network,
         unprivileged=unprivileged,
+        slow_s=slow_s,
     )
 
 
@@ -366,6 +387,7 @@ def _bound(
     max_processes: int | None,
     network: bool,
     unprivileged: bool,
+    slow_s: float | None,
 ) -> Callable[..., R]:
     """``fn`` bound to one scorer and the guard's keywords, checked now (a nonsense limit, a
     warm-up that cannot be pickled), not at verl's first sample."""
@@ -381,6 +403,7 @@ def _bound(
         max_processes,
         network,
         unprivileged,
+        slow_s,
     )
     return functools.partial(
         fn,
@@ -395,7 +418,21 @@ def _bound(
         max_processes=max_processes,
         network=network,
         unprivileged=unprivileged,
+        slow_s=slow_s,
     )
+
+
+def _reported(scoring: _shared.Scoring, value: Any, out: _Outcome) -> Any:
+    """The score as verl takes it. With ``slow_s`` set, a dict, whose keys verl's reward loop
+    makes ``reward_extra_info`` columns: the scorer's own (a number ``v`` as verl shows one,
+    ``score`` and ``acc`` both ``v``) and the sample's metrics (``reward_hang``,
+    ``reward_seconds``, ``reward_slow``), the same keys for every sample."""
+    if scoring.slow_s is None:
+        return value
+    metrics = scoring.metrics(out)
+    if isinstance(value, dict):
+        return {**value, **metrics}
+    return {"score": value, "acc": value, **metrics}
 
 
 def _isolates(isolate: bool | None, data_source: Any) -> bool:

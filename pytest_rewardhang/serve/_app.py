@@ -72,6 +72,8 @@ class GuardedScoring:
         checked("default", default, "a finite number")  # sent to trainers as a score
         self.pool = pool
         self.default = default
+        #: The components of the scorer's first dict answer: a default has them too (0.0).
+        self.keys: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -83,19 +85,42 @@ class GuardedScoring:
             out = await self.pool.asubmit(**call)
         else:
             out = await self.pool.asubmit(*call)
-        return scored(out, self.default)
+        result = scored(out, self.default, self.keys)
+        if result.components and not self.keys:
+            self.keys = tuple(result.components)
+        return result
 
 
-def scored(out: Outcome, default: float) -> Scored:
-    """The score an outcome gives: its value when it is a finite number, else the default."""
-    if not out.ok:
-        return Scored(default, out.status.value, out.describe())
+def scored(out: Outcome, default: float, keys: Sequence[str] = ()) -> Scored:
+    """The score an outcome gives: its value when it is a finite number (or a dict's finite
+    ``score``, its other numbers the components), else the default, with ``keys`` at 0.0."""
     value = out.value
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return Scored(
-            default, "error", f"error: the scorer returned {reprlib.repr(value)}, not a number"
-        )
-    return Scored(float(value), "ok")
+    components: dict[str, float] = {}
+    if out.ok and isinstance(value, dict) and "score" in value:
+        components = {k: float(v) for k, v in value.items() if k != "score" and _component(k, v)}
+        value = value["score"]
+    if out.ok and _a_score(value):
+        return Scored(float(value), "ok", "", components, out.wall_s)
+    fallback = dict.fromkeys(keys, 0.0)
+    if not out.ok:
+        return Scored(default, out.status.value, out.describe(), fallback, out.wall_s)
+    said = f"error: the scorer returned {reprlib.repr(out.value)}, not a number"
+    return Scored(default, "error", said, fallback, out.wall_s)
+
+
+def _a_score(value: object) -> bool:
+    """A finite int or float, never a bool: a score."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past a float's range
+        return False
+
+
+def _component(key: object, value: object) -> bool:
+    """A number of a dict answer that goes out beside its score (a bool as 1.0 or 0.0)."""
+    return isinstance(key, str) and (isinstance(value, bool) or _a_score(value))
 
 
 @dataclass(frozen=True)
@@ -149,6 +174,7 @@ class RewardApp:
             **{f"POST {path}": self._empty for path in contract.extra_paths},
             "GET /health": self._health,
             "GET /ready": self._ready,
+            **{f"GET {path}": self._constant for path in contract.gets},
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -206,6 +232,9 @@ class RewardApp:
             return 503, {"status": "no worker can start now (out of descriptors or processes)"}
         return 200, {"status": "ready", "style": self.contract.style}
 
+    async def _constant(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
+        return 200, self.contract.gets[scope["path"]]
+
     async def _empty(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
         try:
             await self._body(scope, receive, _nothing)
@@ -229,7 +258,7 @@ class RewardApp:
         deadline = scope.get("rewardhang.arrived", started) + self.limits.request_timeout_s
         results = await self._score_all(calls, deadline)
         for result in results:
-            self.metrics.sample(result.status)
+            self.metrics.sample(result.status, result.seconds, self.contract.slow(result))
             if not result.ok:
                 why = result.detail[:LOG_DETAIL]
                 log.warning(json.dumps({"event": "defaulted", "status": result.status, "why": why}))

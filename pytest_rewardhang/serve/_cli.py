@@ -47,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--default", type=float, default=0.0, help="the score of a defaulted sample (default: 0)"
     )
+    parser.add_argument(
+        "--slow-s",
+        type=float,
+        help="report each sample's scoring time (reward_seconds) and flag it slow "
+        "(reward_slow) over this many seconds (default: no timing)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=8000, help="port (0: any free one)")
     parser.add_argument(
@@ -90,7 +96,12 @@ def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         stream=sys.stderr, level=args.log_level.upper(), format="%(message)s", force=True
     )
     limits = _limits(parser, args)
-    terms = contract(args.style, args.label_field)
+    if args.slow_s is not None:
+        try:
+            checked("--slow-s", args.slow_s, "a positive number of seconds")
+        except ValueError as exc:
+            parser.error(str(exc))
+    terms = contract(args.style, args.label_field, args.slow_s)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:  # as many connections as the system lets this process have
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

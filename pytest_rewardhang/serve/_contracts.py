@@ -18,16 +18,36 @@ own (cited in ``tests/serve/test_server.py``, which calls the server as each tra
   object of keyword arguments -> ``{"scores": [...], "statuses": [...]}``.
 
 Every answer says which samples got the default score instead of the scorer's, and why (the
-outcome's status, or ``overload`` for a sample still waiting at the request's deadline).
+outcome's status, or ``overload`` for a sample still waiting at the request's deadline), as
+``reward_hang`` (1.0 for a defaulted sample); with ``slow_s`` set, also each sample's scoring
+time, ``reward_seconds``, and ``reward_slow`` (1.0 over ``slow_s``): the names the adapters
+use. A scorer may answer a dict with ``score``: its other numbers (``acc``, a bool as 1.0 or
+0.0) are the sample's components, 0.0 each for a sample that got the default, every sample of
+an answer having the same keys: OpenRLHF's ``extra_logs``, keys of slime's answer, NeMo Gym's
+``reward_components``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["STYLES", "BadRequest", "Contract", "Scored", "contract"]
+__all__ = [
+    "HANG_METRIC",
+    "SECONDS_METRIC",
+    "SLOW_METRIC",
+    "STYLES",
+    "BadRequest",
+    "Contract",
+    "Scored",
+    "contract",
+]
+
+#: The per-sample metrics, named as the adapters name them (``adapters/_shared.py``).
+HANG_METRIC = "reward_hang"
+SECONDS_METRIC = "reward_seconds"
+SLOW_METRIC = "reward_slow"
 
 
 class BadRequest(ValueError):
@@ -45,6 +65,10 @@ class Scored:
     score: float
     status: str  # "ok", an outcome's status ("timeout", "crashed", ...) or "overload"
     detail: str = ""  # for the log: the outcome's one-line description when not ok
+    #: The scorer's other numbers when it answered a dict with ``score``.
+    components: Mapping[str, float] = field(default_factory=dict)
+    #: The sample's scoring time in its worker (0.0 for one that never reached it).
+    seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -62,8 +86,29 @@ class Contract:
     #: Other POST paths the trainer calls on the same server, answered with an empty object.
     extra_paths: tuple[str, ...] = ()
 
-    def __init__(self, label_field: str = "expected_answer") -> None:
+    #: GET paths the trainer calls, and their constant answers.
+    gets: Mapping[str, Any] = {}
+
+    def __init__(self, label_field: str = "expected_answer", slow_s: float | None = None) -> None:
         self.label_field = label_field
+        self.slow_s = slow_s
+
+    def slow(self, one: Scored) -> bool:
+        return self.slow_s is not None and one.seconds > self.slow_s
+
+    def metrics(self, scored: Sequence[Scored]) -> dict[str, list[float]]:
+        """Each per-sample metric's column, in the samples' order."""
+        columns = {HANG_METRIC: [0.0 if s.ok else 1.0 for s in scored]}
+        if self.slow_s is not None:
+            columns[SECONDS_METRIC] = [s.seconds for s in scored]
+            columns[SLOW_METRIC] = [1.0 if self.slow(s) else 0.0 for s in scored]
+        return columns
+
+    @staticmethod
+    def components(scored: Sequence[Scored]) -> dict[str, list[float]]:
+        """Each component's column, 0.0 for a sample without it (a defaulted one)."""
+        keys = dict.fromkeys(key for s in scored for key in s.components)
+        return {key: [s.components.get(key, 0.0) for s in scored] for key in keys}
 
     def calls(self, body: Any) -> list[Call]:
         samples = _field(body, "samples", list)
@@ -78,7 +123,15 @@ class Contract:
         return calls
 
     def answer(self, body: Any, scored: Sequence[Scored]) -> Any:
-        return {"scores": [s.score for s in scored], "statuses": [s.status for s in scored]}
+        answer: dict[str, Any] = {
+            "scores": [s.score for s in scored],
+            "statuses": [s.status for s in scored],
+            "metrics": self.metrics(scored),
+        }
+        components = self.components(scored)
+        if components:
+            answer["components"] = components
+        return answer
 
 
 class OpenRLHF(Contract):
@@ -98,9 +151,9 @@ class OpenRLHF(Contract):
 
     def answer(self, body: Any, scored: Sequence[Scored]) -> Any:
         rewards = [s.score for s in scored]
-        # extra_logs values are logged as per-sample numbers: 1.0 marks a defaulted sample.
-        defaulted = [0.0 if s.ok else 1.0 for s in scored]
-        return {"rewards": rewards, "scores": rewards, "extra_logs": {"reward_hang": defaulted}}
+        # extra_logs values are logged as per-sample numbers, each list lined up with rewards.
+        logs = {**self.components(scored), **self.metrics(scored)}
+        return {"rewards": rewards, "scores": rewards, "extra_logs": logs}
 
 
 class Slime(Contract):
@@ -115,14 +168,21 @@ class Slime(Contract):
 
     def answer(self, body: Any, scored: Sequence[Scored]) -> Any:
         (one,) = scored
-        return {"score": one.score, "status": one.status}
+        columns = {**self.components(scored), **self.metrics(scored)}
+        return {"score": one.score, "status": one.status, **{k: v[0] for k, v in columns.items()}}
 
 
 class Gym(Contract):
     style = "gym"
     path = "/verify"
-    # NeMo Gym's agents open each rollout with /seed_session on the resources server.
-    extra_paths = ("/seed_session",)
+    # NeMo Gym's agents open each rollout with /seed_session on the resources server, and
+    # those of session environments close it with /close (responses_api_agents/
+    # gymnasium_agent/app.py:137-146): nothing is kept per session here, so both are {}.
+    extra_paths = ("/seed_session", "/close")
+    # Gym's ``gym eval reverify`` asks each resources server whether a stored rollout can be
+    # verified again alone (nemo_gym/base_resources_server.py:145,187): here it can, nothing
+    # is kept between requests.
+    gets: Mapping[str, Any] = {"/reverify_mode": "stateless"}
 
     def calls(self, body: Any) -> list[Call]:
         _field(body, "responses_create_params", dict)
@@ -136,16 +196,24 @@ class Gym(Contract):
 
     def answer(self, body: Any, scored: Sequence[Scored]) -> Any:
         (one,) = scored
-        return {**body, "reward": one.score, "reward_status": one.status}
+        answer = {**body, "reward": one.score, "reward_status": one.status}
+        # Gym's aggregate metrics read top-level numbers only, never inside a mapping.
+        answer.update({key: column[0] for key, column in self.metrics(scored).items()})
+        components = self.components(scored)
+        if components:  # BaseMultiRewardVerifyResponse's mapping: one key set for every task
+            answer["reward_components"] = {key: column[0] for key, column in components.items()}
+        return answer
 
 
 STYLES: dict[str, type[Contract]] = {c.style: c for c in (OpenRLHF, Slime, Gym, Contract)}
 
 
-def contract(style: str, label_field: str = "expected_answer") -> Contract:
+def contract(
+    style: str, label_field: str = "expected_answer", slow_s: float | None = None
+) -> Contract:
     """The contract of ``style`` (one of :data:`STYLES`)."""
     try:
-        return STYLES[style](label_field)
+        return STYLES[style](label_field, slow_s)
     except KeyError:
         raise ValueError(f"unknown style {style!r}: one of {', '.join(STYLES)}") from None
 

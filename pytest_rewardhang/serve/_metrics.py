@@ -22,6 +22,8 @@ class Metrics:
     def __init__(self) -> None:
         self.requests: Counter[tuple[str, int]] = Counter()  # (path, HTTP status)
         self.samples: Counter[str] = Counter()  # by status
+        self.sample_seconds = 0.0
+        self.slow_samples = 0
         self.in_flight = 0
         self._buckets = [0] * len(BUCKETS)
         self._latency_sum = 0.0
@@ -35,8 +37,10 @@ class Metrics:
         for i in range(first, len(BUCKETS)):
             self._buckets[i] += 1
 
-    def sample(self, status: str) -> None:
+    def sample(self, status: str, seconds: float = 0.0, slow: bool = False) -> None:
         self.samples[status] += 1
+        self.sample_seconds += seconds
+        self.slow_samples += slow
 
     @property
     def workers_replaced(self) -> int:
@@ -54,6 +58,12 @@ class Metrics:
             f"# HELP {p}_samples_total Samples scored, by outcome (ok, or why the default).",
             f"# TYPE {p}_samples_total counter",
             *(f'{p}_samples_total{{status="{s}"}} {n}' for s, n in sorted(self.samples.items())),
+            f"# HELP {p}_sample_seconds_total Time samples took in their workers.",
+            f"# TYPE {p}_sample_seconds_total counter",
+            f"{p}_sample_seconds_total {self.sample_seconds:.6f}",
+            f"# HELP {p}_slow_samples_total Samples that took over --slow-s (none unless set).",
+            f"# TYPE {p}_slow_samples_total counter",
+            f"{p}_slow_samples_total {self.slow_samples}",
             f"# HELP {p}_workers_replaced_total Pool workers killed or dead and replaced.",
             f"# TYPE {p}_workers_replaced_total counter",
             f"{p}_workers_replaced_total {self.workers_replaced}",

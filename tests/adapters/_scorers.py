@@ -219,3 +219,44 @@ def sleeps(response: Any) -> Any:
     """Sleeps ``response`` seconds: samples still running or queued when a pool closes."""
     time.sleep(float(response))
     return 1.0
+
+
+def dapo_crash_first(
+    data_source: Any, solution_str: Any, ground_truth: Any, extra_info: Any = None
+) -> Any:
+    """math_dapo's dict result; ``crash`` kills its own process (a segfault's way), before
+    any answer of this scorer in a fresh process."""
+    if solution_str == "crash":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return dapo_score(data_source, solution_str, ground_truth, extra_info)
+
+
+#: Which process imported this module: a pool's zygote, or (lazily) a worker itself.
+IMPORTED_BY = os.getpid()
+
+
+def imported_by_another(completion: Any, **kwargs: Any) -> Any:
+    """1.0 in a worker forked after this module was imported (in its zygote); hangs on
+    ``hang``."""
+    if "hang" in completion:
+        return _check(completion, "")
+    return float(os.getpid() != IMPORTED_BY)
+
+
+# EasyR1: a batch of RewardInput dicts in, RewardScore dicts out (examples/reward_function).
+def easyr1_math(reward_inputs: list[dict[str, Any]], format_weight: float = 0.1) -> Any:
+    scores = []
+    for reward_input in reward_inputs:
+        response = reward_input["response"]
+        accuracy = _check(response, reward_input["ground_truth"])
+        formatted = float(response.startswith("<think>"))
+        overall = (1 - format_weight) * accuracy + format_weight * formatted
+        scores.append({"overall": overall, "format": formatted, "accuracy": accuracy})
+    return scores
+
+
+# AReaL: reward_fn(prompt, completions, prompt_ids, completion_ids, **task_data).
+def areal_gsm8k(
+    prompt: Any, completions: Any, prompt_ids: Any, completion_ids: Any, **data: Any
+) -> Any:
+    return _check(completions, data["answer"])

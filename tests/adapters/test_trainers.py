@@ -101,14 +101,14 @@ def test_openrlhf_reward_func_file(tmp_path: Path, caplog: pytest.LogCaptureFixt
     assert time.perf_counter() - start <= BUDGET + SLACK
     assert [o["reward"] for o in outs] == [[1.0], [-1.0], [0.0]]
     assert [o["scores"] for o in outs] == [[1.0], [-1.0], [0.0]]
-    assert [o["extra_logs"]["reward_hang_default"] for o in outs] == [[0.0], [1.0], [0.0]]
+    assert [o["extra_logs"]["reward_hang"] for o in outs] == [[0.0], [1.0], [0.0]]
     assert "timeout" in caplog.text
     # The scorer gets the response, the query without its prompt: "42" does not end with the
     # label "Q: 42"; the whole query would.
     assert reward_func(["Q: 42"], ["Q: "], ["Q: 42"]) == {
         "rewards": [0.0],
         "scores": [0.0],
-        "extra_logs": {"reward_hang_default": [0.0]},
+        "extra_logs": {"reward_hang": [0.0]},
     }
 
 
@@ -118,11 +118,11 @@ def test_openrlhf_dict_scorer_extra_logs() -> None:
     assert first == {
         "rewards": [1.0, 0.0],
         "scores": [1.0, 0.0],
-        "extra_logs": {"reward_hang_default": [0.0, 0.0], "acc": [1.0, 0.0]},
+        "extra_logs": {"reward_hang": [0.0, 0.0], "acc": [1.0, 0.0]},
     }
     hung = reward_func(["Q: hang"], ["Q: "], ["42"])  # the default, shaped like the others
     assert hung["rewards"] == [-1.0]
-    assert hung["extra_logs"] == {"reward_hang_default": [1.0], "acc": [0.0]}
+    assert hung["extra_logs"] == {"reward_hang": [1.0], "acc": [0.0]}
 
 
 def test_openrlhf_extra_logs_line_up_with_rewards_and_a_non_number_is_named() -> None:
@@ -133,7 +133,7 @@ def test_openrlhf_extra_logs_line_up_with_rewards_and_a_non_number_is_named() ->
     result = reward_func(queries, [""] * 5, ["42"] * 5)
     assert result["rewards"] == [-1.0, 1.0, 0.5, 1.0, 0.25]
     assert result["extra_logs"] == {
-        "reward_hang_default": [1.0, 0.0, 0.0, 0.0, 0.0],
+        "reward_hang": [1.0, 0.0, 0.0, 0.0, 0.0],
         "acc": [0.0, 1.0, 0.0, 0.0, 0.0],
         "rare": [0.0, 0.0, 3.0, 0.0, 0.0],
     }

@@ -16,3 +16,12 @@ def compute_score(response: str, label: object) -> float:
 
 
 SCORER = f"{Path(__file__).resolve()}:compute_score"
+
+
+def score_dict(response: str, label: object) -> object:
+    """math_dapo's shape: a dict with ``score``, a bool and a string beside it."""
+    value = compute_score(response, label)
+    return {"score": value, "acc": value > 0, "pred": response[-4:]}
+
+
+DICT_SCORER = f"{Path(__file__).resolve()}:score_dict"

@@ -84,7 +84,10 @@ def test_json_style_takes_positional_and_keyword_samples() -> None:
     body = {"samples": [["a", "a"], {"response": "b", "label": "c"}]}
     code, answer = call(app, "POST", "/score", json.dumps(body).encode())
     assert fake.calls == [("a", "a"), {"response": "b", "label": "c"}]
-    assert (code, answer) == (200, {"scores": [1.0, 0.0], "statuses": ["ok", "ok"]})
+    assert (code, answer) == (
+        200,
+        {"scores": [1.0, 0.0], "statuses": ["ok", "ok"], "metrics": {"reward_hang": [0.0, 0.0]}},
+    )
     code, answer = call(app, "POST", "/score", b'{"samples": [3]}')
     assert (code, answer) == (400, {"error": "samples[0] must be a list or an object, not int"})
 
@@ -93,7 +96,14 @@ def test_samples_unanswered_at_the_request_deadline_get_the_default_as_overload(
     app, _ = app_for("json", request_timeout_s=0.2, read_timeout_s=0.1)
     body = {"samples": [["slow", "x"], ["y", "y"]]}
     code, answer = call(app, "POST", "/score", json.dumps(body).encode())
-    assert (code, answer) == (200, {"scores": [-1.0, 1.0], "statuses": ["overload", "ok"]})
+    assert (code, answer) == (
+        200,
+        {
+            "scores": [-1.0, 1.0],
+            "statuses": ["overload", "ok"],
+            "metrics": {"reward_hang": [1.0, 0.0]},
+        },
+    )
     assert app.metrics.samples == {"overload": 1, "ok": 1}
 
 

@@ -197,6 +197,57 @@ def test_openrlhf_gets_rewards_and_the_hang_marked_within_the_budget() -> None:
         assert defaulted["status"] == "timeout"
 
 
+class OpenRLHFClient:
+    """OpenRLHF 0.11.2's ``SingleTurnAgentExecutor`` reward client (openrlhf/utils/agent.py:
+    190-195,286-300,327-365 of its wheel): the URLs cycled with ``itertools.cycle`` across calls
+    as well as shards (a rollout sends one query, so each call goes to the next URL), no shard
+    sent empty, and the first answer's ``rewards``, ``scores`` and ``extra_logs`` kept."""
+
+    def __init__(self, urls: list[str]) -> None:
+        import itertools
+
+        self.urls = urls
+        self.cycle = itertools.cycle(urls)
+
+    async def reward(self, query: str, prompt: str, label: str) -> Any:
+        queries, prompts, labels = [query], [prompt], [label]
+        size = (len(queries) + len(self.urls) - 1) // len(self.urls)
+        tasks = []
+        for i in range(len(self.urls)):
+            start = i * size
+            if start >= len(queries):
+                break
+            payload = {
+                "query": queries[start : start + size],
+                "prompts": prompts[start : start + size],
+                "labels": labels[start : start + size],
+            }
+            tasks.append(asyncio.create_task(openrlhf_post(next(self.cycle), payload)))
+        answers = await asyncio.gather(*tasks)
+        return answers[0]
+
+
+def test_openrlhf_cycles_its_urls_over_two_replicas_and_each_answers_its_hangs() -> None:
+    with (
+        serving("--style", "openrlhf", *SERVE) as first,
+        serving("--style", "openrlhf", *SERVE) as second,
+    ):
+        client = OpenRLHFClient([first.url, second.url])
+        samples = [("Q: 6*7? 42", "Q: 6*7?", "42")] * 5 + [(f"Q: loop? {HANG} 9", "Q: loop?", "9")]
+
+        async def rollouts() -> list[Any]:
+            return list(await asyncio.gather(*(client.reward(*s) for s in samples)))
+
+        started = time.monotonic()
+        answers = run(rollouts())
+        assert time.monotonic() - started < BUDGET + SLACK
+        assert [a["rewards"] for a in answers] == [[1.0]] * 5 + [[0.0]]
+        assert [a["extra_logs"]["reward_hang"] for a in answers] == [[0.0]] * 5 + [[1.0]]
+        for server in (first, second):  # every call one sample, none empty, half each
+            metrics = scrape(server)
+            assert metrics['rewardhang_serve_requests_total{path="/get_reward",code="200"}'] == 3
+
+
 def test_one_request_of_twenty_thousand_samples_is_scored_whole_and_health_answers() -> None:
     # Past max_pending the samples waited for room, each woken at every freed slot: 20,000
     # took 32 s and 13,739 got the overload default, 50,000 froze /health for 22 s.
@@ -238,9 +289,9 @@ def test_slime_gets_one_score_per_sample_and_never_retries_a_hang() -> None:
         assert server.url.endswith("/")
         answers, tries = run(scenario(server.url.rstrip("/")))  # slime's --rm-url http://host:port
         assert answers == [
-            {"score": 1.0, "status": "ok"},
-            {"score": 0.0, "status": "timeout"},
-            {"score": 0.0, "status": "ok"},
+            {"score": 1.0, "status": "ok", "reward_hang": 0.0},
+            {"score": 0.0, "status": "timeout", "reward_hang": 1.0},
+            {"score": 0.0, "status": "ok", "reward_hang": 0.0},
         ]
         assert tries == [0, 0, 0], "a sample was retried"
 
@@ -267,6 +318,7 @@ def test_gym_verify_echoes_the_request_with_its_reward() -> None:
                 **gym_verify_body("the answer is 42", "the answer is 42"),
                 "reward": 1.0,
                 "reward_status": "ok",
+                "reward_hang": 0.0,
             },
         )
         assert hung[0] == 200
@@ -288,8 +340,8 @@ def test_load_with_one_percent_hangs_loses_nothing_and_answers_each_sample_once(
 
     def expected(i: int) -> dict[str, Any]:
         if i in hangs:
-            return {"score": 0.0, "status": "timeout"}
-        return {"score": 1.0 if i % 3 else 0.0, "status": "ok"}
+            return {"score": 0.0, "status": "timeout", "reward_hang": 1.0}
+        return {"score": 1.0 if i % 3 else 0.0, "status": "ok", "reward_hang": 0.0}
 
     async def scenario(url: str) -> tuple[dict[int, Any], list[int]]:
         tries: list[int] = []
@@ -468,6 +520,7 @@ def test_health_ready_and_a_graceful_shutdown_that_answers_the_request_in_flight
         ("--max-body-mb", "0.0000001", "--max-body-mb must be from 2**-20 (a byte) to 2**30"),
         ("--max-body-mb", "1.7e308", "--max-body-mb must be from 2**-20 (a byte) to 2**30"),
         ("--port", "70000", "--port must be from 0 to 65535, not 70000"),
+        ("--slow-s", "-1", "--slow-s must be a positive number of seconds, not -1.0"),
         ("--read-timeout", "200", "--read-timeout must be below --request-timeout"),
     ],
 )
