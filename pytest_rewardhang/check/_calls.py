@@ -573,6 +573,31 @@ def truth_slot(info: ScorerInfo, kwargs: dict[str, Any]) -> tuple[dict[str, Any]
     return None
 
 
+def response_text(info: ScorerInfo, example: dict[str, Any]) -> str:
+    """The example's response as text: inside its batch, its messages or its sample."""
+    value = example.get(info.response_arg, "")
+    if info.style == "openrlhf":
+        prompt = str((example.get("prompts") or [""])[0])
+        return str((example.get("queries") or [prompt])[0])[len(prompt) :]
+    if info.style == "slime" and isinstance(value, dict):
+        return str(value.get("response", ""))
+    if isinstance(value, list) and value and info.style in ("trl", "batch"):
+        value = value[0]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return str(value[0])
+    return _last_text(value) if isinstance(value, list) else str(value)
+
+
+def truth_text(info: ScorerInfo, example: dict[str, Any]) -> str | None:
+    """The example's ground truth as text, where it has one that a case's can replace."""
+    if not takes_truth(info, example):
+        return None
+    slot = truth_slot(info, example)
+    assert slot is not None
+    old = slot[0][slot[1]]
+    return old if isinstance(old, str) else str(old[0])
+
+
 def response_length(value: Any) -> int:
     """The response's length in characters, inside lists, messages and samples too."""
     if isinstance(value, str):

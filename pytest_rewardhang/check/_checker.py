@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_rewardhang.corpus import _cases, _format, _found, _growth, _harvest
+from pytest_rewardhang.corpus import _cases, _format, _found, _frames, _growth, _harvest
 from pytest_rewardhang.corpus._cases import Case
 from pytest_rewardhang.corpus._format import Formula
 from pytest_rewardhang.guard import PoolError, run
@@ -123,6 +123,7 @@ class ScorerCheck:
         self._units: list[str] = []
         self._patterns: list[str] = []
         self._literals: list[str] = []
+        self._markers: list[str] = []
         self.spec = _absolute(scorer.spec, rootdir)
         self._info: _calls.ScorerInfo | None = None
         self._example: dict[str, Any] | None = None
@@ -175,7 +176,9 @@ class ScorerCheck:
             return (_harvest.MAX_UNITS + _harvest.MAX_ATTACKS) * rungs + 2 + again
         if family == SEARCH:
             return self.settings.search + 2 + again
-        truths = 2 * len(_cases.TRUTHS) if self.scorer.kind != "code" else 0
+        # Its ground-truth variants (given and not), and its framed cases under each truth.
+        shapes = (2 + _frames.MAX_FRAMES) * len(_cases.TRUTHS)
+        truths = shapes if self.scorer.kind != "code" else 0
         return sum(case.family == family for case in self.cases) + truths + again
 
     @property
@@ -302,14 +305,24 @@ class ScorerCheck:
     def family_cases(
         self, family: str, info: _calls.ScorerInfo, example: dict[str, Any]
     ) -> list[Case]:
-        """The family's cases in the order they run: its ladder, then, where the scorer takes
-        a ground truth, one of its responses under each shape of ground truth."""
+        """The family's cases in the order they run: its ladder; then, where the scorer takes
+        a ground truth, one of its responses under each shape of ground truth; then that
+        response as the answer inside the example's frame and the frames of the strings the
+        scorer looks for (``_frames``), under each shape of ground truth again."""
         if family == HARVESTED:
             return [case for case in self._harvest(example) if case.family == family]
         cases = [case for case in self.cases if case.family == family]
-        if self.scorer.kind != "code" and _calls.takes_truth(info, example):
+        if self.scorer.kind == "code":
+            return cases
+        takes_truth = _calls.takes_truth(info, example)
+        self._harvest(example)  # the markers
+        frames = _frames.frames(
+            _calls.response_text(info, example), _calls.truth_text(info, example), self._markers
+        )
+        framed = _frames.framed_variants(cases, frames, with_truths=takes_truth)
+        if takes_truth:
             cases += _cases.truth_variants(cases)
-        return cases
+        return cases + framed
 
     @property
     def takes_truth(self) -> bool:
@@ -439,6 +452,7 @@ class ScorerCheck:
             self._units = _harvest.units(vocabulary)
             self._patterns = vocabulary.patterns
             self._literals = vocabulary.literals
+            self._markers = vocabulary.markers
             self._harvested = harvested_cases(vocabulary, self.settings.max_chars, self._units)
         return self._harvested
 
