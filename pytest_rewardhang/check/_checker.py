@@ -14,6 +14,7 @@ shows.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -49,8 +50,10 @@ HARVESTED = "harvested"
 #: on this hangs on anything, and its further families are not run (``hangs_on_anything``).
 TRIVIAL = {"math": "0", "text": "0", "code": "pass\n"}
 SEARCH = "search"
+#: What a code scorer's example must score above, or at least otherwise: a program that fails.
+FAILING_PROGRAM = "raise SystemExit('a program that fails on purpose')\n"
 #: A formula's size slow in no more than this many times the time of the size below it sends the
-#: check to its largest size; that slow within this factor again, a bound holds it (_ahead).
+#: check to its largest size; that slow within this factor again, a bound holds it (_after_slow).
 FLAT = 1.5
 
 
@@ -69,7 +72,7 @@ class CaseResult:
     context: str = "thread"
     again: bool = False
     #: What the failure line adds: why a context-only failure matters and what to do; on a
-    #: formula's largest size run ahead, which sizes it spared (``ScorerCheck._ahead``).
+    #: formula's largest size run ahead, which cases it spared (``ScorerCheck._after_slow``).
     note: str = ""
     #: A memory or crash outcome in the long-lived worker that a fresh worker did not confirm:
     #: the call alone stayed within its limits, and ``outcome`` is the fresh one.
@@ -77,6 +80,23 @@ class CaseResult:
     #: Why a timeout is a hang, one phrase (see ``ScorerCheck._confirm``); "" for a case that is
     #: only slow, or that timed out only in the long-lived worker.
     confirmed: str = ""
+
+    @property
+    def said(self) -> dict[str, Any]:
+        """What the call said of itself (``_calls.left_behind``): its score, what it left."""
+        value = self.outcome.value
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def threads_left(self) -> list[str]:
+        """The non-daemon threads the call started and left running (they keep the process
+        from exiting)."""
+        return [str(name) for name in self.said.get("threads") or []]
+
+    @property
+    def processes_left(self) -> list[str]:
+        """The processes the call left running, named, when the guard killed some."""
+        return [str(name) for name in self.said.get("left") or []] if self.outcome.leaked else []
 
     @property
     def hangs(self) -> bool:
@@ -198,12 +218,15 @@ class ScorerCheck:
         return self.contexts[0] if self.contexts else "thread"
 
     def run_family(self, family: str, *, expect_hang: bool = False) -> list[CaseResult]:
-        """Run the family's cases in order, smallest first, up to the first confirmed hang.
+        """Run the family's cases in order, smallest first, up to the first confirmed hang or
+        the slow case its largest size shows a bound holds.
 
         Sizes above a response that already hangs on its own would only hang longer; the
-        smallest hanging input is the useful reproduction. A slow case does not stop it: the
-        next size may be the hang (a cubic regex is slow at 2 KiB and hung at 4 KiB); but once
-        a formula's time stops growing, its largest size runs next (:meth:`_ahead`).
+        smallest hanging input is the useful reproduction. A slow case whose formula's time
+        still grows does not stop it: the next size may be the hang (a cubic regex is slow at
+        2 KiB and hung at 4 KiB). Otherwise the family's largest size of it runs at once
+        (:meth:`_after_slow`), and a bound that holds that too stops the family: each further
+        case would cost a deadline and its re-run to say "slow" again.
         ``expect_hang``: the family is expected to hang, and its timeouts need no confirming
         past one deadline.
         """
@@ -215,27 +238,21 @@ class ScorerCheck:
         else:
             cases = self.family_cases(family, info, example)
             results = []
-            #: Largest sizes run ahead of their turn, by case id; and the sizes spared by them.
+            #: Largest sizes run ahead of their turn, by case id.
             ahead: dict[str, CaseResult] = {}
-            spared: set[str] = set()
             for index, case in enumerate(cases):
-                if case.id in spared:
-                    continue
                 result = ahead.pop(case.id, None) or self._run_case(case)
                 results.append(result)
-                if result.hangs:
-                    # Confirmed: every further case would only cost a deadline more. What ran
-                    # ahead of its turn is reported after it.
+                later = cases[index + 1 :]
+                stop = result.hangs or (result.slow and self._after_slow(results, later, ahead))
+                if stop:
+                    # Every further case would only cost a deadline more. What ran ahead of
+                    # its turn is reported after it.
                     results += ahead.values()
-                    later = cases[index + 1 :]
-                    self.skipped[family] = sum(
-                        c.id not in spared and c.id not in ahead for c in later
-                    )
-                    if index == 0 and not self._tried_trivial:
+                    self.skipped[family] = sum(c.id not in ahead for c in later)
+                    if result.hangs and index == 0 and not self._tried_trivial:
                         self._try_trivial(family)
                     break
-                if result.slow:
-                    self._ahead(results, cases[index + 1 :], ahead, spared)
             self._save_found(results)
         for context in self.contexts[1:]:
             results += self._again(context, example, results)
@@ -247,44 +264,46 @@ class ScorerCheck:
         result = CaseResult(case, len(case.text), self._call(self.primary, kwargs))
         return self._judge(result, kwargs, self.primary)
 
-    def _ahead(
-        self,
-        results: list[CaseResult],
-        later: list[Case],
-        ahead: dict[str, CaseResult],
-        spared: set[str],
-    ) -> None:
-        """After a slow size of a formula (the last of ``results``) that took about as long as
-        its size that ran before (:data:`FLAT`), run its largest size at once (into ``ahead``).
+    def _after_slow(
+        self, results: list[CaseResult], later: list[Case], ahead: dict[str, CaseResult]
+    ) -> bool:
+        """After a slow case (the last of ``results``): whether the family stops there.
 
-        Where that is slow too, and took about as long again, the formula's time has stopped
-        growing: a bound of the scorer's own holds it (Math-Verify's 5 s signal alarm holds
-        every size at 5 s on the main thread), and the sizes between are not run (into
-        ``spared``): each would cost a deadline and its re-run to say so again. Where it is
-        quick, longer, hung or failed otherwise, the ladder goes on as it was, so the smallest
-        size that hangs is the one reported; that run is then used in its turn. A formula whose
-        time still grows is not run ahead: its largest size would hang, at ten deadlines.
+        A formula whose time still grows (its size below took under :data:`FLAT` times less)
+        goes on up its ladder: the next size may hang. Otherwise (its time flat, or its first
+        size slow already) its largest size runs at once (into ``ahead``): slow too, in about as
+        long (Math-Verify's 5 s signal alarm holds every size at 5 s on the main thread), a
+        bound of the scorer's own holds it and the family stops; quick, hung or failed
+        otherwise, the ladder goes on as it was, so the smallest size that hangs is the one
+        reported, and that run is used in its turn. A slow case with no larger size of its own
+        (a literal response, a ground-truth or framed variant, a formula's largest) stops the
+        family: it is slow already, and every further case would cost a deadline and its
+        re-run to say so again.
         """
         slow = results[-1]
         formula = slow.case.formula_id
-        if formula is None:
-            return
-        same = [case for case in later if case.formula_id == formula]
-        if len(same) < 2:  # the largest is next anyway
-            return
+        same = [case for case in later if formula is not None and case.formula_id == formula]
+        if not same:
+            if later:
+                slow.note = (
+                    f"stopped at this slow case: {len(later)} case(s) after it not run, each a "
+                    "deadline and its re-run to say so again"
+                )
+            return True
         below = next((r for r in reversed(results[:-1]) if r.case.formula_id == formula), None)
-        if below is None or below.took * FLAT < slow.took:
-            return
+        if below is not None and below.took * FLAT < slow.took:
+            return False
         largest = same[-1]  # the family's cases run smallest first
         top = ahead.get(largest.id) or self._run_case(largest)
         ahead[largest.id] = top
-        if top.slow and top.took <= FLAT * slow.took:
-            spared.update(case.id for case in same[:-1])
-            top.note = (
-                f"{len(same) - 1} size(s) between {slow.chars} and {top.chars} chars not run: "
-                f"it took {top.took:.2f} s at {top.chars}, about as long as at {slow.chars} "
-                f"({slow.took:.2f} s), so a bound of the scorer's own holds it"
-            )
+        if not (top.slow and top.took <= FLAT * slow.took):
+            return False
+        top.note = (
+            f"{len(later) - 1} case(s) between {slow.chars} and {top.chars} chars and after "
+            f"not run: it took {top.took:.2f} s at {top.chars}, about as long as at "
+            f"{slow.chars} ({slow.took:.2f} s), so a bound of the scorer's own holds it"
+        )
+        return True
 
     def _try_trivial(self, family: str) -> None:
         """After ``family`` hung on its smallest case: whether the scorer hangs on a trivial
@@ -414,7 +433,7 @@ class ScorerCheck:
                 # Memory or a crash the long-lived worker had built up, not this call's own:
                 # a fresh worker ran the call alone within its limits.
                 result.unconfirmed, result.outcome = result.outcome, result.fresh
-        if result.outcome.status is not Status.OK or result.outcome.leaked:
+        if result.outcome.status is not Status.OK or result.outcome.leaked or result.threads_left:
             result.saved = self._save(result)
         return result
 
@@ -580,6 +599,7 @@ class ScorerCheck:
         example = self._load_example(info)
         first = self._call(self.primary, example)
         if first.status is Status.OK:
+            self._refuse_blind(info, example, first)
             self._start_further_pools()
         else:
             where = str(self.scorer.example) if self.scorer.example else "the default example"
@@ -591,6 +611,29 @@ class ScorerCheck:
                 "example does not suit it, give one with example=FILE"
             )
         return info, example
+
+    def _refuse_blind(
+        self, info: _calls.ScorerInfo, example: dict[str, Any], first: Outcome
+    ) -> None:
+        """A code scorer whose own example scores as a program that fails does cannot tell a
+        case that reached its tests from one that did not: its sandbox may be broken (its child
+        cannot import, every program scores 0), and every case would be ok for nothing."""
+        if self.scorer.kind != "code":
+            return
+        score = _scored(first)
+        if score is None:
+            return
+        failing = _calls.with_case(info, example, "code", FAILING_PROGRAM)
+        probe = self._call(self.primary, failing)
+        if probe.status is not Status.OK or _scored(probe) != score:
+            return
+        where = str(self.scorer.example) if self.scorer.example else "the default example"
+        raise ScorerProblem(
+            f"the scorer's own example ({where}) scores {score:g}, as a program that fails "
+            f"does ({FAILING_PROGRAM.strip()!r}): no case can be told from a broken harness "
+            "(a sandbox whose child cannot start scores every program alike); fix the harness, "
+            "or give an example=FILE it scores as correct"
+        )
 
     def _load_example(self, info: _calls.ScorerInfo) -> dict[str, Any]:
         path = self.scorer.example
@@ -659,7 +702,7 @@ class ScorerCheck:
 
     def _call(self, context: str, kwargs: dict[str, Any]) -> Outcome:
         """One call in the context's warm worker, remembering whether it ended that worker."""
-        out = self._worker(context).map([kwargs])[0]
+        out = settled(self._worker(context).map([kwargs])[0])
         self._ended[context] = out.status in _ENDS_ITS_WORKER
         return out
 
@@ -678,15 +721,15 @@ class ScorerCheck:
         code = self.scorer.kind == "code"
         warm = [self._example] if self._example is not None and not code else []
         if budget is None and self._ended.get(context):
-            out = self._worker(context).map([*warm, kwargs])[-1]
+            out = settled(self._worker(context).map([*warm, kwargs])[-1])
             self._ended[context] = out.status in _ENDS_ITS_WORKER
             return out
         budget = budget or self.deadline
         confirming = self._confirming(context, budget)
         if confirming is not None:
-            return confirming.map([kwargs])[0]
+            return settled(confirming.map([kwargs])[0])
         with self._new_pool(context, budget) as pool:
-            return pool.map([*warm, kwargs])[-1]
+            return settled(pool.map([*warm, kwargs])[-1])
 
     def _confirming(self, context: str, budget: float) -> Pool | None:
         """The context's pool for fresh calls at ``budget``, made once and kept: each call runs
@@ -736,6 +779,22 @@ class ScorerCheck:
         except (OSError, TypeError, ValueError):
             return None
         return path
+
+
+def _scored(out: Outcome) -> float | None:
+    """What the call scored, as ``_calls.left_behind`` said (None: not a number)."""
+    score = out.value.get("score") if isinstance(out.value, dict) else None
+    return score if isinstance(score, float) else None
+
+
+def settled(out: Outcome) -> Outcome:
+    """The outcome without the standard library's once-per-process helpers in its leak count:
+    the call said how many of what the guard killed after it were those (``_calls.left_behind``)."""
+    called = out.value if isinstance(out.value, dict) else {}
+    helpers = called.get("helpers", 0)
+    if isinstance(helpers, int) and helpers > 0 and out.leaked:
+        return dataclasses.replace(out, leaked=max(out.leaked - helpers, 0))
+    return out
 
 
 def growth_of(results: Iterable[CaseResult], max_chars: int) -> list[_growth.Growth]:
