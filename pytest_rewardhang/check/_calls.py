@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_rewardhang.guard import _procfs
+from pytest_rewardhang.guard import _libc, _procfs
 from pytest_rewardhang.guard._spec import (
     SpecError,
     is_file_target,
@@ -150,6 +150,9 @@ class ScorerCall:
         kwargs = _materialized(kwargs, self.materialize)
         del _SIGNAL_FAILURES[:]
         threads = {thread.ident for thread in threading.enumerate()}
+        # What the call's children leave when they end comes to this process, so it can be
+        # named (an isolating worker's item process is not a subreaper of its own).
+        _libc.become_subreaper(None)
         processes = set(_procfs.walk(os.getpid()))
         try:
             if self.context == "thread":

@@ -196,8 +196,9 @@ class ScorerCheck:
             return (_harvest.MAX_UNITS + _harvest.MAX_ATTACKS) * rungs + 2 + again
         if family == SEARCH:
             return self.settings.search + 2 + again
-        # Its ground-truth variants (given and not), and its framed cases under each truth.
-        shapes = (2 + _frames.MAX_FRAMES) * len(_cases.TRUTHS)
+        # Its ground-truth variants (given and not), its framed cases under each truth, and
+        # its two long references.
+        shapes = (2 + _frames.MAX_FRAMES) * len(_cases.TRUTHS) + 2
         truths = shapes if self.scorer.kind != "code" else 0
         return sum(case.family == family for case in self.cases) + truths + again
 
@@ -244,7 +245,10 @@ class ScorerCheck:
                 result = ahead.pop(case.id, None) or self._run_case(case)
                 results.append(result)
                 later = cases[index + 1 :]
-                stop = result.hangs or (result.slow and self._after_slow(results, later, ahead))
+                # A timeout its fresh re-run finished under the deadline was the long-lived
+                # worker's (a busy machine): no reason to stop.
+                slow = result.slow and result.took >= self.deadline
+                stop = result.hangs or (slow and self._after_slow(results, later, ahead))
                 if stop:
                     # Every further case would only cost a deadline more. What ran ahead of
                     # its turn is reported after it.
@@ -325,7 +329,8 @@ class ScorerCheck:
         self, family: str, info: _calls.ScorerInfo, example: dict[str, Any]
     ) -> list[Case]:
         """The family's cases in the order they run: its ladder; then, where the scorer takes
-        a ground truth, one of its responses under each shape of ground truth; then that
+        a ground truth, one of its responses under each shape of ground truth and against long
+        references (``_cases.long_reference_variants``); then that
         response as the answer inside the example's frame and the frames of the strings the
         scorer looks for (``_frames``), under each shape of ground truth again."""
         if family == HARVESTED:
@@ -340,7 +345,7 @@ class ScorerCheck:
         )
         framed = _frames.framed_variants(cases, frames, with_truths=takes_truth)
         if takes_truth:
-            cases += _cases.truth_variants(cases)
+            cases += _cases.truth_variants(cases) + _cases.long_reference_variants(cases)
         return cases + framed
 
     @property

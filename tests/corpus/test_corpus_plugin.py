@@ -84,7 +84,7 @@ def test_user_corpus_shadows_and_family_selection(project: pytest.Pytester) -> N
     assert report["settings"]["corpus_version"].startswith("1:")
     # Each case once per context it was called in (contexts run the slowest cases again).
     ids = {case["id"] for case in report["scorers"][0]["cases"]}
-    assert sorted(i for i in ids if "-truth" not in i) == [
+    assert sorted(i for i in ids if "-truth" not in i and "-long-" not in i) == [
         "halves-64",
         "repetition-128",
         "repetition-64",
@@ -98,6 +98,12 @@ def test_user_corpus_shadows_and_family_selection(project: pytest.Pytester) -> N
         "repetition-128",
         "repetition-128-frame0",
         "repetition-128-frame1",
+    }
+    # And against long references.
+    assert {i for i in ids if "-long-" in i} == {
+        f"{base}-long-{what}"
+        for base in ("halves-64", "repetition-128")
+        for what in ("reference", "pair")
     }
 
 
