@@ -123,19 +123,24 @@ class ScorerCall:
         context: str = "thread",
         materialize: tuple[tuple[str, str], ...] = (),
         keep_value: bool = False,
+        adopt: bool = False,
     ) -> None:
         self.spec = spec
         self.rootdir = rootdir
         self.context = context
         self.materialize = materialize
         self.keep_value = keep_value
+        #: Each call runs in a process of its own (an isolating pool's item): it adopts what
+        #: its children orphan. Not in a long-lived worker, a subreaper already, which a
+        #: ``ctypes`` call in an item would retire.
+        self.adopt = adopt
         self._fn: Callable[..., Any] | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return self.spec, self.rootdir, self.context, self.materialize, self.keep_value
+        return self.spec, self.rootdir, self.context, self.materialize, self.keep_value, self.adopt
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.spec, self.rootdir, self.context, self.materialize, self.keep_value = state
+        self.spec, self.rootdir, self.context, self.materialize, self.keep_value, self.adopt = state
         self._fn = None
         self.load()
 
@@ -150,9 +155,10 @@ class ScorerCall:
         kwargs = _materialized(kwargs, self.materialize)
         del _SIGNAL_FAILURES[:]
         threads = {thread.ident for thread in threading.enumerate()}
-        # What the call's children leave when they end comes to this process, so it can be
-        # named (an isolating worker's item process is not a subreaper of its own).
-        _libc.become_subreaper(None)
+        if self.adopt:
+            # What the call's children leave when they end comes to this process, so it can be
+            # named (an isolating worker's item process is not a subreaper of its own).
+            _libc.become_subreaper(None)
         processes = set(_procfs.walk(os.getpid()))
         try:
             if self.context == "thread":

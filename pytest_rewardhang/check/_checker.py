@@ -14,13 +14,10 @@ shows.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
-import threading
 from collections.abc import Iterable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,13 +25,12 @@ from typing import Any
 from pytest_rewardhang.corpus import _cases, _format, _found, _frames, _growth, _harvest
 from pytest_rewardhang.corpus._cases import Case
 from pytest_rewardhang.corpus._format import Formula
-from pytest_rewardhang.guard import PoolError, run
+from pytest_rewardhang.guard import run
 from pytest_rewardhang.guard._limits import MAX_BUDGET_S
 from pytest_rewardhang.guard._outcome import Outcome, Status
-from pytest_rewardhang.guard._pool import Pool
 from pytest_rewardhang.guard._spec import SpecError, is_file_target, split_spec
 
-from . import _calls, _source
+from . import _calls, _source, _workers
 from ._options import Settings
 from ._scorers import ScorerSpec
 from ._shown import first_line
@@ -149,14 +145,10 @@ class ScorerCheck:
         self._example: dict[str, Any] | None = None
         self._problem: ScorerProblem | None = None
         self.problem_reported = False
-        self._pools: dict[str, Pool] = {}
-        #: The further contexts' pools, started on a thread while the first context's cases
-        #: run: each is an interpreter importing the scorer, a third of a second or more.
-        self._starting: dict[str, Future[Pool]] = {}
-        #: Whether the last call in each context's pool ended its worker (see _fresh).
-        self._ended: dict[str, bool] = {}
-        #: Per context and budget, the pool of fresh calls (see _confirming).
-        self._confirmers: dict[tuple[str, float], Pool | None] = {}
+        #: The scorer's processes: each context's warm worker, and the fresh ones.
+        self.workers = _workers.Workers(
+            self.spec, str(rootdir), self.deadline, self.memory_mb, code=scorer.kind == "code"
+        )
         #: Where the scorer is called, the first context running every case; set by _prepare.
         self.contexts: tuple[str, ...] = ()
         #: The example's outcome in each further context, and whether its failure was reported.
@@ -196,11 +188,12 @@ class ScorerCheck:
             return (_harvest.MAX_UNITS + _harvest.MAX_ATTACKS) * rungs + 2 + again
         if family == SEARCH:
             return self.settings.search + 2 + again
-        # Its ground-truth variants (given and not), its framed cases under each truth, and
-        # its two long references.
-        shapes = (2 + _frames.MAX_FRAMES) * len(_cases.TRUTHS) + 2
-        truths = shapes if self.scorer.kind != "code" else 0
-        return sum(case.family == family for case in self.cases) + truths + again
+        ladder = [case for case in self.cases if case.family == family]
+        if self.scorer.kind == "code":
+            return len(ladder) + again
+        # The plan run_family runs, at its largest: a ground truth taken, every frame made.
+        frames = [_frames.Frame("", "", "")] * _frames.MAX_FRAMES
+        return len(plan(ladder, frames, takes_truth=True)) + again
 
     @property
     def hang_bound(self) -> float:
@@ -265,7 +258,7 @@ class ScorerCheck:
     def _run_case(self, case: Case) -> CaseResult:
         """One case in the first context's warm worker, judged (see :meth:`_judge`)."""
         kwargs = self.kwargs_for(case)
-        result = CaseResult(case, len(case.text), self._call(self.primary, kwargs))
+        result = CaseResult(case, len(case.text), self.workers.call(self.primary, kwargs))
         return self._judge(result, kwargs, self.primary)
 
     def _after_slow(
@@ -317,7 +310,7 @@ class ScorerCheck:
         info, example = self._prepare()
         text = TRIVIAL[self.scorer.kind]
         kwargs = _calls.with_case(info, example, self.scorer.kind, text)
-        out = self._fresh(kwargs, self.primary, self._confirm_budget)
+        out = self.workers.fresh(kwargs, self.primary, self._confirm_budget)
         if out.status is Status.TIMEOUT:
             self.hangs_on_anything = (
                 family,
@@ -328,25 +321,18 @@ class ScorerCheck:
     def family_cases(
         self, family: str, info: _calls.ScorerInfo, example: dict[str, Any]
     ) -> list[Case]:
-        """The family's cases in the order they run: its ladder; then, where the scorer takes
-        a ground truth, one of its responses under each shape of ground truth and against long
-        references (``_cases.long_reference_variants``); then that
-        response as the answer inside the example's frame and the frames of the strings the
-        scorer looks for (``_frames``), under each shape of ground truth again."""
+        """The family's cases in the order they run (:func:`plan`), in the frames of the
+        example's response and of the strings the scorer's source looks for."""
         if family == HARVESTED:
             return [case for case in self._harvest(example) if case.family == family]
         cases = [case for case in self.cases if case.family == family]
         if self.scorer.kind == "code":
             return cases
-        takes_truth = _calls.takes_truth(info, example)
         self._harvest(example)  # the markers
         frames = _frames.frames(
             _calls.response_text(info, example), _calls.truth_text(info, example), self._markers
         )
-        framed = _frames.framed_variants(cases, frames, with_truths=takes_truth)
-        if takes_truth:
-            cases += _cases.truth_variants(cases) + _cases.long_reference_variants(cases)
-        return cases + framed
+        return plan(cases, frames, takes_truth=_calls.takes_truth(info, example))
 
     @property
     def takes_truth(self) -> bool:
@@ -367,9 +353,9 @@ class ScorerCheck:
         ``context``."""
         out = self._again_example.get(context)
         if out is None:
-            out = self._call(context, example)
+            out = self.workers.call(context, example)
             if out.status in _CONFIRMED:  # a benign call: a slow start on a busy machine?
-                fresh = self._fresh(example, context)
+                fresh = self.workers.fresh(example, context)
                 out = fresh if fresh.status is Status.OK else out
             self._again_example[context] = out
         if out.status is not Status.OK:
@@ -395,7 +381,9 @@ class ScorerCheck:
         results = []
         for done in sorted(slowest, key=lambda r: r.chars):
             kwargs = self.kwargs_for(done.case)
-            result = CaseResult(done.case, done.chars, self._call(context, kwargs), context=context)
+            result = CaseResult(
+                done.case, done.chars, self.workers.call(context, kwargs), context=context
+            )
             result.again = True
             results.append(self._judge(result, kwargs, context))
             if result.hangs:
@@ -433,7 +421,7 @@ class ScorerCheck:
         if status is Status.TIMEOUT:
             self._confirm(result)
         elif status in _CONFIRMED:
-            result.fresh = self._fresh(kwargs, context)
+            result.fresh = self.workers.fresh(kwargs, context)
             if result.fresh.status is Status.OK:
                 # Memory or a crash the long-lived worker had built up, not this call's own:
                 # a fresh worker ran the call alone within its limits.
@@ -443,25 +431,12 @@ class ScorerCheck:
         return result
 
     def _confirm(self, result: CaseResult) -> None:
-        """Run a timed-out case again in a fresh worker, and say whether it hangs: when the fresh
-        worker still runs it at ``--reward-hang-confirm`` deadlines.
-
-        A growth projection confirms nothing: a scorer's own bound (Math-Verify's 5 s signal
-        alarm) holds every size of a formula at 5 s where the growth of the sizes below
-        projects minutes at ``max_chars``. A slow case does not stop its ladder, so the larger
-        sizes run on, each shown for itself. An expected hang is re-run for one deadline only.
-        """
-        fresh = self._fresh(result.kwargs, result.context, self._confirm_budget)
-        result.fresh = fresh
-        if fresh.status is not Status.TIMEOUT:
-            return
-        if self._expected:
-            result.confirmed = "a fresh worker timed out too (an expected hang)"
-        else:
-            result.confirmed = (
-                f"a fresh worker still ran it at {self.hang_bound:g} s "
-                f"({self.settings.confirm:g}x the deadline)"
-            )
+        """Run a timed-out case again in a fresh worker, and say whether it hangs
+        (``Workers.confirm``). A slow case does not stop its ladder unless a bound holds it
+        (:meth:`_after_slow`), so the larger sizes run on, each shown for itself."""
+        result.fresh, result.confirmed = self.workers.confirm(
+            result.kwargs, result.context, self.hang_bound, expected=self._expected
+        )
 
     def _harvest(self, example: dict[str, Any]) -> list[Case]:
         """Cases from the scorer's own vocabulary, collected once in a throwaway child."""
@@ -489,7 +464,9 @@ class ScorerCheck:
         units = self._units or ["a"]
 
         def probe(text: str) -> Outcome:
-            return self._call(self.primary, _calls.with_case(info, example, self.scorer.kind, text))
+            return self.workers.call(
+                self.primary, _calls.with_case(info, example, self.scorer.kind, text)
+            )
 
         database = self.rootdir / ".reward-hang" / "search" / self.scorer.id
         ran = _search.search(
@@ -562,21 +539,14 @@ class ScorerCheck:
             kwargs = self.kwargs_for(
                 _replace_text(case, formula.expand(middle, self.settings.seed))
             )
-            if self._fresh(kwargs, self.primary).status is Status.TIMEOUT:
+            if self.workers.fresh(kwargs, self.primary).status is Status.TIMEOUT:
                 high = middle
             else:
                 low = middle
         return formula.expand(high, self.settings.seed)
 
     def close(self) -> None:
-        starting, self._starting = self._starting, {}
-        for context, future in starting.items():
-            if future.exception() is None:  # waits for it: closed below with the others
-                self._pools[context] = future.result()
-        pools = [*self._pools.values(), *filter(None, self._confirmers.values())]
-        self._pools, self._confirmers = {}, {}
-        for pool in pools:
-            pool.close()
+        self.workers.close()
 
     def _prepare(self) -> tuple[_calls.ScorerInfo, dict[str, Any]]:
         if self._problem is not None:
@@ -584,6 +554,7 @@ class ScorerCheck:
         if self._info is None or self._example is None:
             try:
                 self._info, self._example = self._describe_and_try_example()
+                self.workers.example = self._example
             except ScorerProblem as problem:
                 self._problem = problem
                 raise
@@ -600,12 +571,13 @@ class ScorerCheck:
             raise ScorerProblem(_first_line(out))
         info: _calls.ScorerInfo = out.value
         self._info = info
+        self.workers.materialize = info.materialize
         self.contexts = contexts_for(info, self.scorer.contexts or self.settings.contexts)
         example = self._load_example(info)
-        first = self._call(self.primary, example)
+        first = self.workers.call(self.primary, example)
         if first.status is Status.OK:
             self._refuse_blind(info, example, first)
-            self._start_further_pools()
+            self.workers.start(self.contexts[1:])
         else:
             where = str(self.scorer.example) if self.scorer.example else "the default example"
             raise ScorerProblem(
@@ -629,7 +601,7 @@ class ScorerCheck:
         if score is None:
             return
         failing = _calls.with_case(info, example, "code", FAILING_PROGRAM)
-        probe = self._call(self.primary, failing)
+        probe = self.workers.call(self.primary, failing)
         if probe.status is not Status.OK or _scored(probe) != score:
             return
         where = str(self.scorer.example) if self.scorer.example else "the default example"
@@ -658,101 +630,6 @@ class ScorerCheck:
                 "the response (set response=ARGNAME if that is wrong)"
             )
         return example
-
-    def _worker(self, context: str) -> Pool:
-        if context not in self._pools:
-            starting = self._starting.pop(context, None)
-            self._pools[context] = (
-                starting.result() if starting is not None else self._new_pool(context)
-            )
-        return self._pools[context]
-
-    def _start_further_pools(self) -> None:
-        """Start each further context's pool on a thread of its own, to be waited for when
-        its first call comes (``_worker``)."""
-        for context in self.contexts[1:]:
-            if context in self._pools or context in self._starting:
-                continue
-            future: Future[Pool] = Future()
-
-            def start(context: str = context, future: Future[Pool] = future) -> None:
-                try:
-                    future.set_result(self._new_pool(context))
-                except BaseException as exc:  # noqa: BLE001 - raised again by _worker
-                    future.set_exception(exc)
-
-            threading.Thread(target=start, name="reward-hang-pool-start", daemon=True).start()
-            self._starting[context] = future
-
-    def _new_pool(
-        self,
-        context: str,
-        budget: float | None = None,
-        *,
-        warmup: dict[str, Any] | None = None,
-        isolate: bool = False,
-    ) -> Pool:
-        materialize = self._info.materialize if self._info is not None else ()
-        call = _calls.ScorerCall(self.spec, str(self.rootdir), context, materialize)
-        return Pool(
-            call,
-            workers=1,
-            budget=budget or self.deadline,
-            memory_mb=self.memory_mb,
-            warmup=warmup,
-            # A code scorer runs the program it scores inside the call: each call in a child
-            # of the warm worker, so nothing that program changes reaches a later case's call.
-            isolate=isolate or self.scorer.kind == "code",
-        )
-
-    def _call(self, context: str, kwargs: dict[str, Any]) -> Outcome:
-        """One call in the context's warm worker, remembering whether it ended that worker."""
-        out = settled(self._worker(context).map([kwargs])[0])
-        self._ended[context] = out.status in _ENDS_ITS_WORKER
-        return out
-
-    def _fresh(self, kwargs: dict[str, Any], context: str, budget: float | None = None) -> Outcome:
-        """The call again in a process that has run nothing since the scorer was imported but
-        the scorer's own example, before it; ``budget``: in place of the deadline.
-
-        The example first: what a scorer does on its first call only (lm-eval's ``drop``
-        imports scipy there) is then not charged to the case, which on a loaded machine made a
-        case that takes a second confirm as a hang. Not for a code scorer, whose calls each run
-        in a child of the worker. After a call that ended the context's worker (the kill at its
-        deadline, a crash), the pool's next worker is just that: no new interpreter importing
-        the scorer. Otherwise, a process of its own from the context's confirming pool
-        (``_confirming``), or a new pool's first worker where there is none.
-        """
-        code = self.scorer.kind == "code"
-        warm = [self._example] if self._example is not None and not code else []
-        if budget is None and self._ended.get(context):
-            out = settled(self._worker(context).map([*warm, kwargs])[-1])
-            self._ended[context] = out.status in _ENDS_ITS_WORKER
-            return out
-        budget = budget or self.deadline
-        confirming = self._confirming(context, budget)
-        if confirming is not None:
-            return settled(confirming.map([kwargs])[0])
-        with self._new_pool(context, budget) as pool:
-            return settled(pool.map([*warm, kwargs])[-1])
-
-    def _confirming(self, context: str, budget: float) -> Pool | None:
-        """The context's pool for fresh calls at ``budget``, made once and kept: each call runs
-        in a process of its own, forked from a worker that has imported the scorer and (not for
-        a code scorer) run its example, so it is as fresh as a new pool's first call, without
-        a new interpreter importing the scorer for every confirmation. None where the example
-        cannot warm a zygote (it leaves a thread running there): then a new pool each time."""
-        key = (context, budget)
-        if key not in self._confirmers:
-            warmup = self._example if self.scorer.kind != "code" else None
-            try:
-                pool = self._new_pool(context, budget, warmup=warmup, isolate=True)
-            except PoolError:
-                if warmup is None:
-                    raise
-                pool = None
-            self._confirmers[key] = pool
-        return self._confirmers[key]
 
     def _save(self, result: CaseResult) -> Path | None:
         folder = self.settings.save_dir / self.scorer.id
@@ -792,14 +669,16 @@ def _scored(out: Outcome) -> float | None:
     return score if isinstance(score, float) else None
 
 
-def settled(out: Outcome) -> Outcome:
-    """The outcome without the standard library's once-per-process helpers in its leak count:
-    the call said how many of what the guard killed after it were those (``_calls.left_behind``)."""
-    called = out.value if isinstance(out.value, dict) else {}
-    helpers = called.get("helpers", 0)
-    if isinstance(helpers, int) and helpers > 0 and out.leaked:
-        return dataclasses.replace(out, leaked=max(out.leaked - helpers, 0))
-    return out
+def plan(ladder: list[Case], frames: list[_frames.Frame], *, takes_truth: bool) -> list[Case]:
+    """A response family's cases in the order they run, for a math or text scorer: its ladder;
+    then, where the scorer takes a ground truth, one of its responses under each shape of
+    ground truth and against long references; then that response as the answer inside each
+    frame (``_frames``), under each shape of ground truth again. ``case_count`` counts the same
+    plan, so an item's outer timeout follows what it runs."""
+    cases = list(ladder)
+    if takes_truth:
+        cases += _cases.truth_variants(ladder) + _cases.long_reference_variants(ladder)
+    return cases + _frames.framed_variants(ladder, frames, with_truths=takes_truth)
 
 
 def growth_of(results: Iterable[CaseResult], max_chars: int) -> list[_growth.Growth]:
@@ -868,8 +747,6 @@ def harvested_cases(
 
 #: Outcomes a fresh worker confirms (or not) before they count as the case's own.
 _CONFIRMED = (Status.TIMEOUT, Status.MEMORY, Status.CRASHED)
-#: Outcomes whose worker is gone: killed at the deadline, or dead of the call.
-_ENDS_ITS_WORKER = (Status.TIMEOUT, Status.CRASHED)
 
 
 def contexts_for(info: _calls.ScorerInfo, chosen: tuple[str, ...] | None) -> tuple[str, ...]:

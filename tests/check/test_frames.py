@@ -156,7 +156,7 @@ def test_a_gated_scorer_without_the_slow_step_is_clean_on_inputs_past_its_gate(
     result.assert_outcomes(passed=1)
     entry = by_id["gated.deepscaler_bounded"]
     assert entry["status"] == "ok"
-    framed = [c["id"] for c in entry["cases"] if "-frame1-" in c["id"]]
+    framed = [c["id"] for c in entry["cases"] if "-frame1-" in c["id"] and c["context"] == "main"]
     assert len(framed) == 6  # after '</think>', under each shape of ground truth
 
 
