@@ -139,15 +139,31 @@ def _json_frame(response: str, truth: str | None) -> Frame | None:
 
 
 def frames(response: str, truth: str | None, markers: Sequence[str]) -> list[Frame]:
-    """The example's own frame, then one per marker the response lacks (at most
-    :data:`MAX_MARKERS`): a closing tag ``</x>`` after a ``<x>...</x>`` block holding the
-    example, an opening tag ``<x>`` around the answer's frame, any other marker on a line of its
-    own after the example, each before the example's frame again."""
+    """The example's own frame, then, where the markers hold a closing tag ``</x>`` and an
+    opening ``<y>``, both (``<x>`` example ``</x><y>`` answer ``</y>``), then one per marker
+    the response lacks, up to :data:`MAX_MARKERS` frames besides the example's: a closing tag
+    ``</x>`` after a ``<x>...</x>`` block holding the example, an opening tag ``<x>`` around the
+    answer's frame, any other marker on a line of its own after the example, each before the
+    example's frame again."""
     own = answer_frame(response, truth)
     found = [own] if own is not None else []
     head, tail = (own.head, own.tail) if own is not None else (response + "\n", "")
-    chosen = [m for m in dict.fromkeys(markers) if m not in response][:MAX_MARKERS]
-    for marker in chosen:
+    missing = [m for m in dict.fromkeys(markers) if m not in response]
+    think = next((m[2:-1] for m in missing if _CLOSING.fullmatch(m)), None)
+    answer = next((m[1:-1] for m in missing if _OPENING.fullmatch(m) and m[1:-1] != think), None)
+    if think is not None and answer is not None:
+        # DeepSeek-R1's format, which TRL's format reward and many a scorer require whole:
+        # the example as the reasoning, then the answer's frame inside the other tag.
+        found.append(
+            Frame(
+                f"<{think}>\n{response}\n</{think}>\n<{answer}>\n{head}",
+                f"{tail}\n</{answer}>",
+                f"inside <{think}>...</{think}> then <{answer}>...</{answer}>, tags the scorer "
+                "looks for",
+            )
+        )
+    made = len(found) - (own is not None)
+    for marker in missing[: MAX_MARKERS - made]:
         closing, opening = _CLOSING.fullmatch(marker), _OPENING.fullmatch(marker)
         shown = f"a string the scorer looks for ({marker!r})"
         if closing is not None:

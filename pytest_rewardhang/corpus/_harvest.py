@@ -106,7 +106,10 @@ def collect(spec: str, rootdir: str, example: dict[str, Any]) -> Vocabulary:
         if tree is not None:
             trees.append(tree)
     seen = [*compiled, *((p, True) for p in written)]
-    markers = source_markers(trees) + [s for s in literals if _TAG.fullmatch(s)]
+    # Tags a format regex requires (``^<think>\n.*?\n</think>\n<answer>``) gate as much.
+    pieces = [piece for pattern in rank_patterns(seen) for piece in literal_pieces(pattern)]
+    tags = [tag for text in [*literals, *pieces] for tag in _TAG.findall(text)]
+    markers = source_markers(trees) + tags
     return Vocabulary(
         rank_patterns(seen), list(dict.fromkeys(literals)), list(dict.fromkeys(markers))
     )

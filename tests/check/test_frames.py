@@ -96,6 +96,24 @@ def reasoning_accuracy_reward(completions, solution, reasoning_delimiters=None, 
     return rewards
 '''
 
+#: A scorer of its own module (the harvest reads the scorer's own files): TRL's R1 format
+#: regex as the gate, the same slow step behind it.
+R1 = """\
+import re
+
+from gated import _grade, _last_boxed
+
+FORMAT = re.compile(r"^<think>\\n.*?\\n</think>\\n<answer>\\n(.*?)\\n</answer>$", re.DOTALL)
+
+
+def format_then_grade(solution_str, ground_truth):
+    match = FORMAT.match(solution_str)
+    if match is None:
+        return 0.0
+    answer = _last_boxed(match.group(1))
+    return 0.0 if answer is None else _grade(answer, ground_truth)
+"""
+
 TRL_EXAMPLE = {
     "completions": [
         [{"role": "assistant", "content": "6 * 7 = 42, so the answer is \\boxed{42}."}]
@@ -106,7 +124,7 @@ TRL_EXAMPLE = {
 
 @pytest.fixture
 def gated(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makepyfile(gated=GATED)
+    pytester.makepyfile(gated=GATED, r1=R1)
     pytester.makeini("[pytest]\n")
     (pytester.path / "trl_example.json").write_text(json.dumps(TRL_EXAMPLE))
     return pytester
@@ -116,7 +134,7 @@ def check(
     pytester: pytest.Pytester, *specs: str
 ) -> tuple[pytest.RunResult, dict[str, dict[str, Any]]]:
     args = fast(deadline=1, max_chars=4096, family="power-tower")
-    named = [f"--reward-hang-scorer=gated.py:{spec}" for spec in specs]
+    named = [f"--reward-hang-scorer={spec}" for spec in specs]
     result = pytester.runpytest_subprocess(*args, *named, "--reward-hang-json=r.json")
     return result, reported(pytester)
 
@@ -124,7 +142,7 @@ def check(
 def test_a_hang_behind_a_think_gate_and_an_integer_truth_is_found_inside_the_frame(
     gated: pytest.Pytester,
 ) -> None:
-    result, by_id = check(gated, "deepscaler")
+    result, by_id = check(gated, "gated.py:deepscaler")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -152,7 +170,7 @@ def test_a_hang_behind_a_think_gate_and_an_integer_truth_is_found_inside_the_fra
 def test_a_gated_scorer_without_the_slow_step_is_clean_on_inputs_past_its_gate(
     gated: pytest.Pytester,
 ) -> None:
-    result, by_id = check(gated, "deepscaler_bounded")
+    result, by_id = check(gated, "gated.py:deepscaler_bounded")
     result.assert_outcomes(passed=1)
     entry = by_id["gated.deepscaler_bounded"]
     assert entry["status"] == "ok"
@@ -164,7 +182,9 @@ def test_trls_reasoning_accuracy_reward_is_reached_past_its_delimiter(
     gated: pytest.Pytester,
 ) -> None:
     """Its delimiter is a default inside the function: a tag-like literal of the source."""
-    result, by_id = check(gated, "reasoning_accuracy_reward example=trl_example.json kind=math")
+    result, by_id = check(
+        gated, "gated.py:reasoning_accuracy_reward example=trl_example.json kind=math"
+    )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -175,3 +195,16 @@ def test_trls_reasoning_accuracy_reward_is_reached_past_its_delimiter(
     entry = by_id["gated.reasoning_accuracy_reward"]
     assert entry["style"] == "trl"
     assert entry["status"] == "hang"
+
+
+def test_a_hang_behind_an_r1_format_regex_is_found_inside_the_whole_format(
+    gated: pytest.Pytester,
+) -> None:
+    """The regex wants the reasoning and the answer each in its tags, in order, whole: the
+    tags its pattern holds make one frame of the two."""
+    result, by_id = check(gated, "r1.py:format_then_grade")
+    entry = by_id["r1.format_then_grade"]
+    assert entry["status"] == "hang", entry["status"]
+    result.stdout.fnmatch_lines(
+        ["HANG case power-tower-*-frame1-truth* (*inside <think>...</think> then <answer>*"]
+    )

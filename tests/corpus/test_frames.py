@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 
 from pytest_rewardhang.corpus import _cases, _frames, _harvest
 from pytest_rewardhang.corpus._cases import Case
@@ -35,12 +36,16 @@ def test_the_answer_is_found_in_each_format_real_scorers_gate_on() -> None:
 
 def test_each_marker_the_response_lacks_frames_the_example_so_the_payload_passes_its_gate() -> None:
     found = _frames.frames(EXAMPLE, "42", ["</think>", "###Response", "<answer>", "42", "x y"])
-    assert len(found) == _frames.MAX_FRAMES  # the example's own, then three markers
-    closing, header, opening = (frame.wrap("P") for frame in found[1:])
+    assert len(found) == _frames.MAX_FRAMES  # the example's own, R1's, then two markers
+    both, closing, header = (frame.wrap("P") for frame in found[1:])
+    # DeepSeek-R1's format whole, as TRL's format reward requires it.
+    assert re.fullmatch(r"<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>", both, re.DOTALL)
+    assert both.endswith("\\boxed{P}.\n</answer>")
     # rllm's deepscaler: response.split("</think>")[1] holds \boxed{P}.
     assert closing.split("</think>")[1].strip() == "6 * 7 = 42, so the answer is \\boxed{P}."
     assert closing.startswith("<think>\n")
     assert "\\boxed{P}" in header.split("###Response")[1]
+    opening = _frames.frames(EXAMPLE, "42", ["<answer>"])[1].wrap("P")
     assert opening == "<answer>6 * 7 = 42, so the answer is \\boxed{P}.</answer>"
     # A marker the example already holds is its own frame already.
     assert len(_frames.frames(EXAMPLE, "42", ["\\boxed{"])) == 1
