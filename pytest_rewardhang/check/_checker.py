@@ -140,6 +140,7 @@ class ScorerCheck:
         self._patterns: list[str] = []
         self._literals: list[str] = []
         self._markers: list[str] = []
+        self._fields: list[str] = []
         self.spec = _absolute(scorer.spec, rootdir)
         self._info: _calls.ScorerInfo | None = None
         self._example: dict[str, Any] | None = None
@@ -329,9 +330,9 @@ class ScorerCheck:
         if self.scorer.kind == "code":
             return cases
         self._harvest(example)  # the markers
-        frames = _frames.frames(
-            _calls.response_text(info, example), _calls.truth_text(info, example), self._markers
-        )
+        response = _calls.response_text(info, example)
+        truth = _calls.truth_text(info, example)
+        frames = _frames.frames(response, truth, self._markers, self._fields)
         return plan(cases, frames, takes_truth=_calls.takes_truth(info, example))
 
     @property
@@ -452,6 +453,7 @@ class ScorerCheck:
             self._patterns = vocabulary.patterns
             self._literals = vocabulary.literals
             self._markers = vocabulary.markers
+            self._fields = vocabulary.fields
             self._harvested = harvested_cases(vocabulary, self.settings.max_chars, self._units)
         return self._harvested
 

@@ -138,10 +138,13 @@ def _json_frame(response: str, truth: str | None) -> Frame | None:
     )
 
 
-def frames(response: str, truth: str | None, markers: Sequence[str]) -> list[Frame]:
+def frames(
+    response: str, truth: str | None, markers: Sequence[str], fields: Sequence[str] = ()
+) -> list[Frame]:
     """The example's own frame, then, where the markers hold a closing tag ``</x>`` and an
     opening ``<y>``, both (``<x>`` example ``</x><y>`` answer ``</y>``), then one per marker
-    the response lacks, up to :data:`MAX_MARKERS` frames besides the example's: a closing tag
+    the response lacks, up to :data:`MAX_MARKERS` frames besides the example's (the first of
+    ``fields``, the keys a scorer that parses JSON reads, makes a JSON object first): a closing tag
     ``</x>`` after a ``<x>...</x>`` block holding the example, an opening tag ``<x>`` around the
     answer's frame, any other marker on a line of its own after the example, each before the
     example's frame again."""
@@ -160,6 +163,18 @@ def frames(response: str, truth: str | None, markers: Sequence[str]) -> list[Fra
                 f"{tail}\n</{answer}>",
                 f"inside <{think}>...</{think}> then <{answer}>...</{answer}>, tags the scorer "
                 "looks for",
+            )
+        )
+    if fields and not response.lstrip().startswith("{"):
+        # A scorer that parses the response as JSON and reads a field: the example as the
+        # field's text, the payload where its answer was.
+        key = json.dumps(fields[0])
+        found.append(
+            Frame(
+                f'{{{key}: "{json.dumps(head)[1:-1]}',
+                f'{json.dumps(tail)[1:-1]}"}}',
+                f"in a JSON object's field {fields[0]!r}, which the scorer reads",
+                escaped=True,
             )
         )
     made = len(found) - (own is not None)

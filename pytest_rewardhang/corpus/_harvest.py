@@ -50,6 +50,9 @@ class Vocabulary:
     #: a name bound to one), then tag-like literals (``"<answer>"``): the gates a response must
     #: pass to reach the rest of the scorer, first seen first.
     markers: list[str] = field(default_factory=list)
+    #: The keys its source reads (``data["answer"]``, ``.get("answer")``) in a file that parses
+    #: JSON: a response that is not that JSON object never reaches the rest.
+    fields: list[str] = field(default_factory=list)
 
 
 def collect(spec: str, rootdir: str, example: dict[str, Any]) -> Vocabulary:
@@ -111,7 +114,10 @@ def collect(spec: str, rootdir: str, example: dict[str, Any]) -> Vocabulary:
     tags = [tag for text in [*literals, *pieces] for tag in _TAG.findall(text)]
     markers = source_markers(trees) + tags
     return Vocabulary(
-        rank_patterns(seen), list(dict.fromkeys(literals)), list(dict.fromkeys(markers))
+        rank_patterns(seen),
+        list(dict.fromkeys(literals)),
+        list(dict.fromkeys(markers)),
+        json_fields(trees),
     )
 
 
@@ -171,6 +177,47 @@ def source_markers(trees: list[ast.AST]) -> list[str]:
                 found.append((id(tree), getattr(node, "lineno", 0), value))
     order = {id(tree): i for i, tree in enumerate(trees)}
     return [value for _, _, value in sorted(found, key=lambda f: (order[f[0]], f[1]))]
+
+
+def json_fields(trees: list[ast.AST]) -> list[str]:
+    """The keys read by subscript or ``.get`` in the files that call ``json.loads`` (or
+    ``loads`` from json), in the order written: the fields a JSON-answer scorer gates on."""
+    found: list[str] = []
+    for tree in trees:
+        parses = any(
+            (
+                isinstance(node, ast.Attribute)
+                and node.attr == "loads"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "json"
+            )
+            or (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "json"
+                and any(alias.name == "loads" for alias in node.names)
+            )
+            for node in ast.walk(tree)
+        )
+        if not parses:
+            continue
+        for node in ast.walk(tree):
+            key: ast.expr | None = None
+            if isinstance(node, ast.Subscript):
+                key = node.slice
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+            ):
+                key = node.args[0]
+            if (
+                isinstance(key, ast.Constant)
+                and isinstance(key.value, str)
+                and key.value.isidentifier()
+            ):
+                found.append(key.value)
+    return list(dict.fromkeys(found))
 
 
 async def _awaited(value: Any) -> Any:

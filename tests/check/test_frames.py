@@ -114,6 +114,22 @@ def format_then_grade(solution_str, ground_truth):
     return 0.0 if answer is None else _grade(answer, ground_truth)
 """
 
+#: A scorer that wants its answer as a JSON object's field.
+JSON_ANSWER = """\
+import json
+
+from gated import _grade, _last_boxed
+
+
+def json_answer(solution_str, ground_truth):
+    try:
+        answer = json.loads(solution_str)["answer"]
+    except (ValueError, KeyError, TypeError):
+        return 0.0
+    boxed = _last_boxed(answer) or answer
+    return _grade(boxed, ground_truth)
+"""
+
 TRL_EXAMPLE = {
     "completions": [
         [{"role": "assistant", "content": "6 * 7 = 42, so the answer is \\boxed{42}."}]
@@ -124,7 +140,7 @@ TRL_EXAMPLE = {
 
 @pytest.fixture
 def gated(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makepyfile(gated=GATED, r1=R1)
+    pytester.makepyfile(gated=GATED, r1=R1, json_answer=JSON_ANSWER)
     pytester.makeini("[pytest]\n")
     (pytester.path / "trl_example.json").write_text(json.dumps(TRL_EXAMPLE))
     return pytester
@@ -207,4 +223,13 @@ def test_a_hang_behind_an_r1_format_regex_is_found_inside_the_whole_format(
     assert entry["status"] == "hang", entry["status"]
     result.stdout.fnmatch_lines(
         ["HANG case power-tower-*-frame1-truth* (*inside <think>...</think> then <answer>*"]
+    )
+
+
+def test_a_hang_behind_a_json_field_is_found_inside_a_json_object(gated: pytest.Pytester) -> None:
+    result, by_id = check(gated, "json_answer.py:json_answer")
+    entry = by_id["json_answer.json_answer"]
+    assert entry["status"] == "hang", entry["status"]
+    result.stdout.fnmatch_lines(
+        ["HANG case power-tower-*-frame1-truth* (*in a JSON object's field 'answer'*"]
     )

@@ -80,3 +80,22 @@ def test_markers_are_what_the_source_tests_a_text_for_names_resolved_across_file
     found = _harvest.source_markers([constants, scorer])
     # In source order; a single character is no gate; a compare with == is not a search.
     assert found == ["</think>", "</think>", "###Response", "Answer:", "####"]
+
+
+def test_a_scorer_that_parses_json_gets_the_fields_it_reads_as_a_frame() -> None:
+    scorer = ast.parse(
+        "import json\n"
+        "def score(text, truth):\n"
+        "    data = json.loads(text)\n"
+        '    if data.get("format") != "v1":\n'
+        "        return 0\n"
+        '    return float(data["answer"] == truth["value"])\n'
+    )
+    assert _harvest.json_fields([scorer]) == ["format", "answer", "value"]
+    # A file that parses no JSON reads keys of its own dicts: no fields.
+    assert _harvest.json_fields([ast.parse('def f(d):\n    return d["answer"]\n')]) == []
+    found = _frames.frames(EXAMPLE, "42", [], ["answer"])
+    assert len(found) == 2
+    text = found[1].wrap('1 "quoted"\n')
+    assert json.loads(text) == {"answer": '6 * 7 = 42, so the answer is \\boxed{1 "quoted"\n}.'}
+    assert "JSON object's field 'answer'" in found[1].where
