@@ -155,6 +155,17 @@ def test_quick_detection_benchmark_prints_the_table() -> None:
     assert "CPUs" in stdout
 
 
+@pytest.mark.timeout(300)
+def test_quick_gates_benchmark_finds_the_marker_gates_hang_and_passes_the_clean_one() -> None:
+    # Four real check runs: the marker gate and the clean one, each by framed cases and search.
+    rows = table_rows(run_quick("bench_gates.py", bound=290))
+    assert rows[0] == ["scorer", "gate", "run", "verdict", "case that hung", "wall"], rows[0]
+    verdicts = {(row[0], row[2].split(" ")[0]): row[3] for row in rows[1:]}
+    assert verdicts[("marker_gate", "framed")] == "hang", rows
+    assert verdicts[("clean_gate", "framed")] == "ok", rows
+    assert verdicts[("clean_gate", "search")] == "ok", rows
+
+
 @pytest.mark.needs_extra("bench")
 @pytest.mark.timeout(120)
 def test_pool_ab_benchmark_prints_a_median_per_root() -> None:

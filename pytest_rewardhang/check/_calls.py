@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import copy
 import inspect
+import os
 import re
 import signal
 import sys
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_rewardhang.guard import _libc, _procfs
 from pytest_rewardhang.guard._spec import (
     SpecError,
     is_file_target,
@@ -121,19 +123,24 @@ class ScorerCall:
         context: str = "thread",
         materialize: tuple[tuple[str, str], ...] = (),
         keep_value: bool = False,
+        adopt: bool = False,
     ) -> None:
         self.spec = spec
         self.rootdir = rootdir
         self.context = context
         self.materialize = materialize
         self.keep_value = keep_value
+        #: Each call runs in a process of its own (an isolating pool's item): it adopts what
+        #: its children orphan. Not in a long-lived worker, a subreaper already, which a
+        #: ``ctypes`` call in an item would retire.
+        self.adopt = adopt
         self._fn: Callable[..., Any] | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return self.spec, self.rootdir, self.context, self.materialize, self.keep_value
+        return self.spec, self.rootdir, self.context, self.materialize, self.keep_value, self.adopt
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.spec, self.rootdir, self.context, self.materialize, self.keep_value = state
+        self.spec, self.rootdir, self.context, self.materialize, self.keep_value, self.adopt = state
         self._fn = None
         self.load()
 
@@ -147,6 +154,12 @@ class ScorerCall:
         fn = self.load()
         kwargs = _materialized(kwargs, self.materialize)
         del _SIGNAL_FAILURES[:]
+        threads = {thread.ident for thread in threading.enumerate()}
+        if self.adopt:
+            # What the call's children leave when they end comes to this process, so it can be
+            # named (an isolating worker's item process is not a subreaper of its own).
+            _libc.become_subreaper(None)
+        processes = set(_procfs.walk(os.getpid()))
         try:
             if self.context == "thread":
                 value = _in_thread(fn, kwargs)
@@ -164,10 +177,99 @@ class ScorerCall:
             raise OffMainThread(
                 _off_main("the scorer caught it: a threaded trainer gets its fallback score")
             )
-        # The check judges how the call ended, never what it returned; and the pytest process
-        # would refuse to unpickle a value that is not plain data (a numpy float, a sympy
-        # number), reporting a fine scorer as an error. ``repro`` keeps it: it prints it.
-        return value if self.keep_value else None
+        # The pytest process would refuse to unpickle a value that is not plain data (a numpy
+        # float, a sympy number), reporting a fine scorer as an error: the check gets the score
+        # as a float, and what the call left behind. ``repro`` keeps the value: it prints it.
+        if self.keep_value:
+            return value
+        return left_behind(score_of(value), threads, processes)
+
+
+#: Processes named in a report of what a call left running; the rest are counted.
+MAX_NAMED = 5
+
+
+def left_behind(score: float | None, threads: set[int | None], processes: set[int]) -> Called:
+    """What a call left running, read as it returns: the non-daemon threads it started (each
+    keeps the process from exiting: the interpreter joins them; an executor's are told to end
+    first), and the processes below this
+    one that were not there before it, named, besides the standard library's once-per-process
+    helpers (multiprocessing's resource tracker and forkserver, which live as long as the
+    process by design): those are only counted, as ``helpers``, and are no leak of the call's.
+    A helper is known by the pid its own module holds, never by its name, which any program can
+    copy."""
+    pooled = getattr(sys.modules.get("concurrent.futures.thread"), "_worker", None)
+    lingering = [
+        thread.name
+        for thread in threading.enumerate()
+        if thread.ident not in threads
+        and not thread.daemon
+        and thread.is_alive()
+        # An executor's idle workers end at exit: its own exit hook tells them to.
+        and (pooled is None or getattr(thread, "_target", None) is not pooled)
+    ]
+    helpers = _stdlib_helpers()
+    left: list[str] = []
+    quiet = 0
+    for pid in _procfs.walk(os.getpid()):
+        if pid in processes or _gone(pid):
+            continue
+        if pid in helpers:
+            quiet += 1
+        else:
+            left.append(_named(pid))
+    return {"score": score, "threads": lingering[:MAX_NAMED], "left": left, "helpers": quiet}
+
+
+#: ``ScorerCall``'s answer in the check: plain data, what the call scored and left behind.
+Called = dict[str, Any]
+
+
+def _stdlib_helpers() -> set[int]:
+    pids = set()
+    tracker = sys.modules.get("multiprocessing.resource_tracker")
+    pids.add(getattr(getattr(tracker, "_resource_tracker", None), "_pid", None))
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    pids.add(getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None))
+    return {pid for pid in pids if isinstance(pid, int)}
+
+
+def _gone(pid: int) -> bool:
+    """A zombie, or already reaped: nothing left running."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+def _named(pid: int) -> str:
+    """``pid 123 (sleep 1000)``: its command line, cut short (the report makes it printable)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            words = cmdline.read(200).rstrip(b"\0").split(b"\0")
+    except OSError:
+        words = []
+    command = " ".join(w.decode("utf-8", "replace") for w in words)[:80]
+    return f"pid {pid} ({command or '?'})"
+
+
+def score_of(value: Any) -> float | None:
+    """The score a call returned as a float: a number (a numpy or sympy one too), a batch's
+    first, a dict's ``score``; None for anything else."""
+    if isinstance(value, list | tuple) and value:
+        return score_of(value[0])
+    if isinstance(value, dict):
+        return score_of(value.get("score"))
+    if isinstance(value, bool | int | float) or (
+        hasattr(value, "__float__") and not isinstance(value, str | bytes)
+    ):
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError, ArithmeticError):
+            return None
+        return number if number == number else None
+    return None
 
 
 def _off_main(then: str) -> str:
@@ -571,6 +673,31 @@ def truth_slot(info: ScorerInfo, kwargs: dict[str, Any]) -> tuple[dict[str, Any]
         if name in kwargs and name != info.response_arg:
             return kwargs, name
     return None
+
+
+def response_text(info: ScorerInfo, example: dict[str, Any]) -> str:
+    """The example's response as text: inside its batch, its messages or its sample."""
+    value = example.get(info.response_arg, "")
+    if info.style == "openrlhf":
+        prompt = str((example.get("prompts") or [""])[0])
+        return str((example.get("queries") or [prompt])[0])[len(prompt) :]
+    if info.style == "slime" and isinstance(value, dict):
+        return str(value.get("response", ""))
+    if isinstance(value, list) and value and info.style in ("trl", "batch"):
+        value = value[0]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return str(value[0])
+    return _last_text(value) if isinstance(value, list) else str(value)
+
+
+def truth_text(info: ScorerInfo, example: dict[str, Any]) -> str | None:
+    """The example's ground truth as text, where it has one that a case's can replace."""
+    if not takes_truth(info, example):
+        return None
+    slot = truth_slot(info, example)
+    assert slot is not None
+    old = slot[0][slot[1]]
+    return old if isinstance(old, str) else str(old[0])
 
 
 def response_length(value: Any) -> int:

@@ -17,23 +17,20 @@ from __future__ import annotations
 import functools
 import json
 import math
-import threading
 from collections.abc import Iterable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_rewardhang.corpus import _cases, _format, _found, _growth, _harvest
+from pytest_rewardhang.corpus import _cases, _format, _found, _frames, _growth, _harvest
 from pytest_rewardhang.corpus._cases import Case
 from pytest_rewardhang.corpus._format import Formula
-from pytest_rewardhang.guard import PoolError, run
+from pytest_rewardhang.guard import run
 from pytest_rewardhang.guard._limits import MAX_BUDGET_S
 from pytest_rewardhang.guard._outcome import Outcome, Status
-from pytest_rewardhang.guard._pool import Pool
 from pytest_rewardhang.guard._spec import SpecError, is_file_target, split_spec
 
-from . import _calls, _source
+from . import _calls, _source, _workers
 from ._options import Settings
 from ._scorers import ScorerSpec
 from ._shown import first_line
@@ -49,8 +46,10 @@ HARVESTED = "harvested"
 #: on this hangs on anything, and its further families are not run (``hangs_on_anything``).
 TRIVIAL = {"math": "0", "text": "0", "code": "pass\n"}
 SEARCH = "search"
+#: What a code scorer's example must score above, or at least otherwise: a program that fails.
+FAILING_PROGRAM = "raise SystemExit('a program that fails on purpose')\n"
 #: A formula's size slow in no more than this many times the time of the size below it sends the
-#: check to its largest size; that slow within this factor again, a bound holds it (_ahead).
+#: check to its largest size; that slow within this factor again, a bound holds it (_after_slow).
 FLAT = 1.5
 
 
@@ -69,7 +68,7 @@ class CaseResult:
     context: str = "thread"
     again: bool = False
     #: What the failure line adds: why a context-only failure matters and what to do; on a
-    #: formula's largest size run ahead, which sizes it spared (``ScorerCheck._ahead``).
+    #: formula's largest size run ahead, which cases it spared (``ScorerCheck._after_slow``).
     note: str = ""
     #: A memory or crash outcome in the long-lived worker that a fresh worker did not confirm:
     #: the call alone stayed within its limits, and ``outcome`` is the fresh one.
@@ -77,6 +76,23 @@ class CaseResult:
     #: Why a timeout is a hang, one phrase (see ``ScorerCheck._confirm``); "" for a case that is
     #: only slow, or that timed out only in the long-lived worker.
     confirmed: str = ""
+
+    @property
+    def said(self) -> dict[str, Any]:
+        """What the call said of itself (``_calls.left_behind``): its score, what it left."""
+        value = self.outcome.value
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def threads_left(self) -> list[str]:
+        """The non-daemon threads the call started and left running (they keep the process
+        from exiting)."""
+        return [str(name) for name in self.said.get("threads") or []]
+
+    @property
+    def processes_left(self) -> list[str]:
+        """The processes the call left running, named, when the guard killed some."""
+        return [str(name) for name in self.said.get("left") or []] if self.outcome.leaked else []
 
     @property
     def hangs(self) -> bool:
@@ -123,19 +139,17 @@ class ScorerCheck:
         self._units: list[str] = []
         self._patterns: list[str] = []
         self._literals: list[str] = []
+        self._markers: list[str] = []
+        self._fields: list[str] = []
         self.spec = _absolute(scorer.spec, rootdir)
         self._info: _calls.ScorerInfo | None = None
         self._example: dict[str, Any] | None = None
         self._problem: ScorerProblem | None = None
         self.problem_reported = False
-        self._pools: dict[str, Pool] = {}
-        #: The further contexts' pools, started on a thread while the first context's cases
-        #: run: each is an interpreter importing the scorer, a third of a second or more.
-        self._starting: dict[str, Future[Pool]] = {}
-        #: Whether the last call in each context's pool ended its worker (see _fresh).
-        self._ended: dict[str, bool] = {}
-        #: Per context and budget, the pool of fresh calls (see _confirming).
-        self._confirmers: dict[tuple[str, float], Pool | None] = {}
+        #: The scorer's processes: each context's warm worker, and the fresh ones.
+        self.workers = _workers.Workers(
+            self.spec, str(rootdir), self.deadline, self.memory_mb, code=scorer.kind == "code"
+        )
         #: Where the scorer is called, the first context running every case; set by _prepare.
         self.contexts: tuple[str, ...] = ()
         #: The example's outcome in each further context, and whether its failure was reported.
@@ -175,8 +189,12 @@ class ScorerCheck:
             return (_harvest.MAX_UNITS + _harvest.MAX_ATTACKS) * rungs + 2 + again
         if family == SEARCH:
             return self.settings.search + 2 + again
-        truths = 2 * len(_cases.TRUTHS) if self.scorer.kind != "code" else 0
-        return sum(case.family == family for case in self.cases) + truths + again
+        ladder = [case for case in self.cases if case.family == family]
+        if self.scorer.kind == "code":
+            return len(ladder) + again
+        # The plan run_family runs, at its largest: a ground truth taken, every frame made.
+        frames = [_frames.Frame("", "", "")] * _frames.MAX_FRAMES
+        return len(plan(ladder, frames, takes_truth=True)) + again
 
     @property
     def hang_bound(self) -> float:
@@ -195,12 +213,15 @@ class ScorerCheck:
         return self.contexts[0] if self.contexts else "thread"
 
     def run_family(self, family: str, *, expect_hang: bool = False) -> list[CaseResult]:
-        """Run the family's cases in order, smallest first, up to the first confirmed hang.
+        """Run the family's cases in order, smallest first, up to the first confirmed hang or
+        the slow case its largest size shows a bound holds.
 
         Sizes above a response that already hangs on its own would only hang longer; the
-        smallest hanging input is the useful reproduction. A slow case does not stop it: the
-        next size may be the hang (a cubic regex is slow at 2 KiB and hung at 4 KiB); but once
-        a formula's time stops growing, its largest size runs next (:meth:`_ahead`).
+        smallest hanging input is the useful reproduction. A slow case whose formula's time
+        still grows does not stop it: the next size may be the hang (a cubic regex is slow at
+        2 KiB and hung at 4 KiB). Otherwise the family's largest size of it runs at once
+        (:meth:`_after_slow`), and a bound that holds that too stops the family: each further
+        case would cost a deadline and its re-run to say "slow" again.
         ``expect_hang``: the family is expected to hang, and its timeouts need no confirming
         past one deadline.
         """
@@ -212,27 +233,24 @@ class ScorerCheck:
         else:
             cases = self.family_cases(family, info, example)
             results = []
-            #: Largest sizes run ahead of their turn, by case id; and the sizes spared by them.
+            #: Largest sizes run ahead of their turn, by case id.
             ahead: dict[str, CaseResult] = {}
-            spared: set[str] = set()
             for index, case in enumerate(cases):
-                if case.id in spared:
-                    continue
                 result = ahead.pop(case.id, None) or self._run_case(case)
                 results.append(result)
-                if result.hangs:
-                    # Confirmed: every further case would only cost a deadline more. What ran
-                    # ahead of its turn is reported after it.
+                later = cases[index + 1 :]
+                # A timeout its fresh re-run finished under the deadline was the long-lived
+                # worker's (a busy machine): no reason to stop.
+                slow = result.slow and result.took >= self.deadline
+                stop = result.hangs or (slow and self._after_slow(results, later, ahead))
+                if stop:
+                    # Every further case would only cost a deadline more. What ran ahead of
+                    # its turn is reported after it.
                     results += ahead.values()
-                    later = cases[index + 1 :]
-                    self.skipped[family] = sum(
-                        c.id not in spared and c.id not in ahead for c in later
-                    )
-                    if index == 0 and not self._tried_trivial:
+                    self.skipped[family] = sum(c.id not in ahead for c in later)
+                    if result.hangs and index == 0 and not self._tried_trivial:
                         self._try_trivial(family)
                     break
-                if result.slow:
-                    self._ahead(results, cases[index + 1 :], ahead, spared)
             self._save_found(results)
         for context in self.contexts[1:]:
             results += self._again(context, example, results)
@@ -241,47 +259,49 @@ class ScorerCheck:
     def _run_case(self, case: Case) -> CaseResult:
         """One case in the first context's warm worker, judged (see :meth:`_judge`)."""
         kwargs = self.kwargs_for(case)
-        result = CaseResult(case, len(case.text), self._call(self.primary, kwargs))
+        result = CaseResult(case, len(case.text), self.workers.call(self.primary, kwargs))
         return self._judge(result, kwargs, self.primary)
 
-    def _ahead(
-        self,
-        results: list[CaseResult],
-        later: list[Case],
-        ahead: dict[str, CaseResult],
-        spared: set[str],
-    ) -> None:
-        """After a slow size of a formula (the last of ``results``) that took about as long as
-        its size that ran before (:data:`FLAT`), run its largest size at once (into ``ahead``).
+    def _after_slow(
+        self, results: list[CaseResult], later: list[Case], ahead: dict[str, CaseResult]
+    ) -> bool:
+        """After a slow case (the last of ``results``): whether the family stops there.
 
-        Where that is slow too, and took about as long again, the formula's time has stopped
-        growing: a bound of the scorer's own holds it (Math-Verify's 5 s signal alarm holds
-        every size at 5 s on the main thread), and the sizes between are not run (into
-        ``spared``): each would cost a deadline and its re-run to say so again. Where it is
-        quick, longer, hung or failed otherwise, the ladder goes on as it was, so the smallest
-        size that hangs is the one reported; that run is then used in its turn. A formula whose
-        time still grows is not run ahead: its largest size would hang, at ten deadlines.
+        A formula whose time still grows (its size below took under :data:`FLAT` times less)
+        goes on up its ladder: the next size may hang. Otherwise (its time flat, or its first
+        size slow already) its largest size runs at once (into ``ahead``): slow too, in about as
+        long (Math-Verify's 5 s signal alarm holds every size at 5 s on the main thread), a
+        bound of the scorer's own holds it and the family stops; quick, hung or failed
+        otherwise, the ladder goes on as it was, so the smallest size that hangs is the one
+        reported, and that run is used in its turn. A slow case with no larger size of its own
+        (a literal response, a ground-truth or framed variant, a formula's largest) stops the
+        family: it is slow already, and every further case would cost a deadline and its
+        re-run to say so again.
         """
         slow = results[-1]
         formula = slow.case.formula_id
-        if formula is None:
-            return
-        same = [case for case in later if case.formula_id == formula]
-        if len(same) < 2:  # the largest is next anyway
-            return
+        same = [case for case in later if formula is not None and case.formula_id == formula]
+        if not same:
+            if later:
+                slow.note = (
+                    f"stopped at this slow case: {len(later)} case(s) after it not run, each a "
+                    "deadline and its re-run to say so again"
+                )
+            return True
         below = next((r for r in reversed(results[:-1]) if r.case.formula_id == formula), None)
-        if below is None or below.took * FLAT < slow.took:
-            return
+        if below is not None and below.took * FLAT < slow.took:
+            return False
         largest = same[-1]  # the family's cases run smallest first
         top = ahead.get(largest.id) or self._run_case(largest)
         ahead[largest.id] = top
-        if top.slow and top.took <= FLAT * slow.took:
-            spared.update(case.id for case in same[:-1])
-            top.note = (
-                f"{len(same) - 1} size(s) between {slow.chars} and {top.chars} chars not run: "
-                f"it took {top.took:.2f} s at {top.chars}, about as long as at {slow.chars} "
-                f"({slow.took:.2f} s), so a bound of the scorer's own holds it"
-            )
+        if not (top.slow and top.took <= FLAT * slow.took):
+            return False
+        top.note = (
+            f"{len(later) - 1} case(s) between {slow.chars} and {top.chars} chars and after "
+            f"not run: it took {top.took:.2f} s at {top.chars}, about as long as at "
+            f"{slow.chars} ({slow.took:.2f} s), so a bound of the scorer's own holds it"
+        )
+        return True
 
     def _try_trivial(self, family: str) -> None:
         """After ``family`` hung on its smallest case: whether the scorer hangs on a trivial
@@ -291,7 +311,7 @@ class ScorerCheck:
         info, example = self._prepare()
         text = TRIVIAL[self.scorer.kind]
         kwargs = _calls.with_case(info, example, self.scorer.kind, text)
-        out = self._fresh(kwargs, self.primary, self._confirm_budget)
+        out = self.workers.fresh(kwargs, self.primary, self._confirm_budget)
         if out.status is Status.TIMEOUT:
             self.hangs_on_anything = (
                 family,
@@ -302,14 +322,18 @@ class ScorerCheck:
     def family_cases(
         self, family: str, info: _calls.ScorerInfo, example: dict[str, Any]
     ) -> list[Case]:
-        """The family's cases in the order they run: its ladder, then, where the scorer takes
-        a ground truth, one of its responses under each shape of ground truth."""
+        """The family's cases in the order they run (:func:`plan`), in the frames of the
+        example's response and of the strings the scorer's source looks for."""
         if family == HARVESTED:
             return [case for case in self._harvest(example) if case.family == family]
         cases = [case for case in self.cases if case.family == family]
-        if self.scorer.kind != "code" and _calls.takes_truth(info, example):
-            cases += _cases.truth_variants(cases)
-        return cases
+        if self.scorer.kind == "code":
+            return cases
+        self._harvest(example)  # the markers
+        response = _calls.response_text(info, example)
+        truth = _calls.truth_text(info, example)
+        frames = _frames.frames(response, truth, self._markers, self._fields)
+        return plan(cases, frames, takes_truth=_calls.takes_truth(info, example))
 
     @property
     def takes_truth(self) -> bool:
@@ -330,9 +354,9 @@ class ScorerCheck:
         ``context``."""
         out = self._again_example.get(context)
         if out is None:
-            out = self._call(context, example)
+            out = self.workers.call(context, example)
             if out.status in _CONFIRMED:  # a benign call: a slow start on a busy machine?
-                fresh = self._fresh(example, context)
+                fresh = self.workers.fresh(example, context)
                 out = fresh if fresh.status is Status.OK else out
             self._again_example[context] = out
         if out.status is not Status.OK:
@@ -358,7 +382,9 @@ class ScorerCheck:
         results = []
         for done in sorted(slowest, key=lambda r: r.chars):
             kwargs = self.kwargs_for(done.case)
-            result = CaseResult(done.case, done.chars, self._call(context, kwargs), context=context)
+            result = CaseResult(
+                done.case, done.chars, self.workers.call(context, kwargs), context=context
+            )
             result.again = True
             results.append(self._judge(result, kwargs, context))
             if result.hangs:
@@ -396,35 +422,22 @@ class ScorerCheck:
         if status is Status.TIMEOUT:
             self._confirm(result)
         elif status in _CONFIRMED:
-            result.fresh = self._fresh(kwargs, context)
+            result.fresh = self.workers.fresh(kwargs, context)
             if result.fresh.status is Status.OK:
                 # Memory or a crash the long-lived worker had built up, not this call's own:
                 # a fresh worker ran the call alone within its limits.
                 result.unconfirmed, result.outcome = result.outcome, result.fresh
-        if result.outcome.status is not Status.OK or result.outcome.leaked:
+        if result.outcome.status is not Status.OK or result.outcome.leaked or result.threads_left:
             result.saved = self._save(result)
         return result
 
     def _confirm(self, result: CaseResult) -> None:
-        """Run a timed-out case again in a fresh worker, and say whether it hangs: when the fresh
-        worker still runs it at ``--reward-hang-confirm`` deadlines.
-
-        A growth projection confirms nothing: a scorer's own bound (Math-Verify's 5 s signal
-        alarm) holds every size of a formula at 5 s where the growth of the sizes below
-        projects minutes at ``max_chars``. A slow case does not stop its ladder, so the larger
-        sizes run on, each shown for itself. An expected hang is re-run for one deadline only.
-        """
-        fresh = self._fresh(result.kwargs, result.context, self._confirm_budget)
-        result.fresh = fresh
-        if fresh.status is not Status.TIMEOUT:
-            return
-        if self._expected:
-            result.confirmed = "a fresh worker timed out too (an expected hang)"
-        else:
-            result.confirmed = (
-                f"a fresh worker still ran it at {self.hang_bound:g} s "
-                f"({self.settings.confirm:g}x the deadline)"
-            )
+        """Run a timed-out case again in a fresh worker, and say whether it hangs
+        (``Workers.confirm``). A slow case does not stop its ladder unless a bound holds it
+        (:meth:`_after_slow`), so the larger sizes run on, each shown for itself."""
+        result.fresh, result.confirmed = self.workers.confirm(
+            result.kwargs, result.context, self.hang_bound, expected=self._expected
+        )
 
     def _harvest(self, example: dict[str, Any]) -> list[Case]:
         """Cases from the scorer's own vocabulary, collected once in a throwaway child."""
@@ -439,6 +452,8 @@ class ScorerCheck:
             self._units = _harvest.units(vocabulary)
             self._patterns = vocabulary.patterns
             self._literals = vocabulary.literals
+            self._markers = vocabulary.markers
+            self._fields = vocabulary.fields
             self._harvested = harvested_cases(vocabulary, self.settings.max_chars, self._units)
         return self._harvested
 
@@ -451,7 +466,9 @@ class ScorerCheck:
         units = self._units or ["a"]
 
         def probe(text: str) -> Outcome:
-            return self._call(self.primary, _calls.with_case(info, example, self.scorer.kind, text))
+            return self.workers.call(
+                self.primary, _calls.with_case(info, example, self.scorer.kind, text)
+            )
 
         database = self.rootdir / ".reward-hang" / "search" / self.scorer.id
         ran = _search.search(
@@ -524,21 +541,14 @@ class ScorerCheck:
             kwargs = self.kwargs_for(
                 _replace_text(case, formula.expand(middle, self.settings.seed))
             )
-            if self._fresh(kwargs, self.primary).status is Status.TIMEOUT:
+            if self.workers.fresh(kwargs, self.primary).status is Status.TIMEOUT:
                 high = middle
             else:
                 low = middle
         return formula.expand(high, self.settings.seed)
 
     def close(self) -> None:
-        starting, self._starting = self._starting, {}
-        for context, future in starting.items():
-            if future.exception() is None:  # waits for it: closed below with the others
-                self._pools[context] = future.result()
-        pools = [*self._pools.values(), *filter(None, self._confirmers.values())]
-        self._pools, self._confirmers = {}, {}
-        for pool in pools:
-            pool.close()
+        self.workers.close()
 
     def _prepare(self) -> tuple[_calls.ScorerInfo, dict[str, Any]]:
         if self._problem is not None:
@@ -546,6 +556,7 @@ class ScorerCheck:
         if self._info is None or self._example is None:
             try:
                 self._info, self._example = self._describe_and_try_example()
+                self.workers.example = self._example
             except ScorerProblem as problem:
                 self._problem = problem
                 raise
@@ -562,11 +573,13 @@ class ScorerCheck:
             raise ScorerProblem(_first_line(out))
         info: _calls.ScorerInfo = out.value
         self._info = info
+        self.workers.materialize = info.materialize
         self.contexts = contexts_for(info, self.scorer.contexts or self.settings.contexts)
         example = self._load_example(info)
-        first = self._call(self.primary, example)
+        first = self.workers.call(self.primary, example)
         if first.status is Status.OK:
-            self._start_further_pools()
+            self._refuse_blind(info, example, first)
+            self.workers.start(self.contexts[1:])
         else:
             where = str(self.scorer.example) if self.scorer.example else "the default example"
             raise ScorerProblem(
@@ -577,6 +590,29 @@ class ScorerCheck:
                 "example does not suit it, give one with example=FILE"
             )
         return info, example
+
+    def _refuse_blind(
+        self, info: _calls.ScorerInfo, example: dict[str, Any], first: Outcome
+    ) -> None:
+        """A code scorer whose own example scores as a program that fails does cannot tell a
+        case that reached its tests from one that did not: its sandbox may be broken (its child
+        cannot import, every program scores 0), and every case would be ok for nothing."""
+        if self.scorer.kind != "code":
+            return
+        score = _scored(first)
+        if score is None:
+            return
+        failing = _calls.with_case(info, example, "code", FAILING_PROGRAM)
+        probe = self.workers.call(self.primary, failing)
+        if probe.status is not Status.OK or _scored(probe) != score:
+            return
+        where = str(self.scorer.example) if self.scorer.example else "the default example"
+        raise ScorerProblem(
+            f"the scorer's own example ({where}) scores {score:g}, as a program that fails "
+            f"does ({FAILING_PROGRAM.strip()!r}): no case can be told from a broken harness "
+            "(a sandbox whose child cannot start scores every program alike); fix the harness, "
+            "or give an example=FILE it scores as correct"
+        )
 
     def _load_example(self, info: _calls.ScorerInfo) -> dict[str, Any]:
         path = self.scorer.example
@@ -596,101 +632,6 @@ class ScorerCheck:
                 "the response (set response=ARGNAME if that is wrong)"
             )
         return example
-
-    def _worker(self, context: str) -> Pool:
-        if context not in self._pools:
-            starting = self._starting.pop(context, None)
-            self._pools[context] = (
-                starting.result() if starting is not None else self._new_pool(context)
-            )
-        return self._pools[context]
-
-    def _start_further_pools(self) -> None:
-        """Start each further context's pool on a thread of its own, to be waited for when
-        its first call comes (``_worker``)."""
-        for context in self.contexts[1:]:
-            if context in self._pools or context in self._starting:
-                continue
-            future: Future[Pool] = Future()
-
-            def start(context: str = context, future: Future[Pool] = future) -> None:
-                try:
-                    future.set_result(self._new_pool(context))
-                except BaseException as exc:  # noqa: BLE001 - raised again by _worker
-                    future.set_exception(exc)
-
-            threading.Thread(target=start, name="reward-hang-pool-start", daemon=True).start()
-            self._starting[context] = future
-
-    def _new_pool(
-        self,
-        context: str,
-        budget: float | None = None,
-        *,
-        warmup: dict[str, Any] | None = None,
-        isolate: bool = False,
-    ) -> Pool:
-        materialize = self._info.materialize if self._info is not None else ()
-        call = _calls.ScorerCall(self.spec, str(self.rootdir), context, materialize)
-        return Pool(
-            call,
-            workers=1,
-            budget=budget or self.deadline,
-            memory_mb=self.memory_mb,
-            warmup=warmup,
-            # A code scorer runs the program it scores inside the call: each call in a child
-            # of the warm worker, so nothing that program changes reaches a later case's call.
-            isolate=isolate or self.scorer.kind == "code",
-        )
-
-    def _call(self, context: str, kwargs: dict[str, Any]) -> Outcome:
-        """One call in the context's warm worker, remembering whether it ended that worker."""
-        out = self._worker(context).map([kwargs])[0]
-        self._ended[context] = out.status in _ENDS_ITS_WORKER
-        return out
-
-    def _fresh(self, kwargs: dict[str, Any], context: str, budget: float | None = None) -> Outcome:
-        """The call again in a process that has run nothing since the scorer was imported but
-        the scorer's own example, before it; ``budget``: in place of the deadline.
-
-        The example first: what a scorer does on its first call only (lm-eval's ``drop``
-        imports scipy there) is then not charged to the case, which on a loaded machine made a
-        case that takes a second confirm as a hang. Not for a code scorer, whose calls each run
-        in a child of the worker. After a call that ended the context's worker (the kill at its
-        deadline, a crash), the pool's next worker is just that: no new interpreter importing
-        the scorer. Otherwise, a process of its own from the context's confirming pool
-        (``_confirming``), or a new pool's first worker where there is none.
-        """
-        code = self.scorer.kind == "code"
-        warm = [self._example] if self._example is not None and not code else []
-        if budget is None and self._ended.get(context):
-            out = self._worker(context).map([*warm, kwargs])[-1]
-            self._ended[context] = out.status in _ENDS_ITS_WORKER
-            return out
-        budget = budget or self.deadline
-        confirming = self._confirming(context, budget)
-        if confirming is not None:
-            return confirming.map([kwargs])[0]
-        with self._new_pool(context, budget) as pool:
-            return pool.map([*warm, kwargs])[-1]
-
-    def _confirming(self, context: str, budget: float) -> Pool | None:
-        """The context's pool for fresh calls at ``budget``, made once and kept: each call runs
-        in a process of its own, forked from a worker that has imported the scorer and (not for
-        a code scorer) run its example, so it is as fresh as a new pool's first call, without
-        a new interpreter importing the scorer for every confirmation. None where the example
-        cannot warm a zygote (it leaves a thread running there): then a new pool each time."""
-        key = (context, budget)
-        if key not in self._confirmers:
-            warmup = self._example if self.scorer.kind != "code" else None
-            try:
-                pool = self._new_pool(context, budget, warmup=warmup, isolate=True)
-            except PoolError:
-                if warmup is None:
-                    raise
-                pool = None
-            self._confirmers[key] = pool
-        return self._confirmers[key]
 
     def _save(self, result: CaseResult) -> Path | None:
         folder = self.settings.save_dir / self.scorer.id
@@ -722,6 +663,24 @@ class ScorerCheck:
         except (OSError, TypeError, ValueError):
             return None
         return path
+
+
+def _scored(out: Outcome) -> float | None:
+    """What the call scored, as ``_calls.left_behind`` said (None: not a number)."""
+    score = out.value.get("score") if isinstance(out.value, dict) else None
+    return score if isinstance(score, float) else None
+
+
+def plan(ladder: list[Case], frames: list[_frames.Frame], *, takes_truth: bool) -> list[Case]:
+    """A response family's cases in the order they run, for a math or text scorer: its ladder;
+    then, where the scorer takes a ground truth, one of its responses under each shape of
+    ground truth and against long references; then that response as the answer inside each
+    frame (``_frames``), under each shape of ground truth again. ``case_count`` counts the same
+    plan, so an item's outer timeout follows what it runs."""
+    cases = list(ladder)
+    if takes_truth:
+        cases += _cases.truth_variants(ladder) + _cases.long_reference_variants(ladder)
+    return cases + _frames.framed_variants(ladder, frames, with_truths=takes_truth)
 
 
 def growth_of(results: Iterable[CaseResult], max_chars: int) -> list[_growth.Growth]:
@@ -790,8 +749,6 @@ def harvested_cases(
 
 #: Outcomes a fresh worker confirms (or not) before they count as the case's own.
 _CONFIRMED = (Status.TIMEOUT, Status.MEMORY, Status.CRASHED)
-#: Outcomes whose worker is gone: killed at the deadline, or dead of the call.
-_ENDS_ITS_WORKER = (Status.TIMEOUT, Status.CRASHED)
 
 
 def contexts_for(info: _calls.ScorerInfo, chosen: tuple[str, ...] | None) -> tuple[str, ...]:

@@ -231,10 +231,11 @@ _STOPPED = "stopped after the confirmed hang"
 
 
 def _skipped(verdict: Verdict, lead: str = "") -> str:
-    """The line on the cases a confirmed hang spared ("" when none were)."""
+    """The line on the cases a confirmed hang, or a slow case, spared ("" when none were)."""
     if not verdict.skipped:
         return ""
-    return f"{lead}{_STOPPED}: {verdict.skipped} case(s) skipped"
+    stopped = "stopped after a slow case" if verdict.kind is Kind.SLOW else _STOPPED
+    return f"{lead}{stopped}: {verdict.skipped} case(s) skipped"
 
 
 def failure_message(check: ScorerCheck, failing: list[CaseResult]) -> str:
@@ -335,7 +336,16 @@ def growth_lines(growths: list[Growth]) -> str:
 def _problem(result: CaseResult) -> str:
     out = result.outcome
     if out.status is Status.OK and out.leaked:
-        return f"left {out.leaked} process(es) running after it returned (killed)"
+        named = result.processes_left
+        shown = f": {'; '.join(first_line(n) for n in named)}" if named else ""
+        more = f" and {out.leaked - len(named)} more" if named and out.leaked > len(named) else ""
+        return f"left {out.leaked} process(es) running after it returned (killed){shown}{more}"
+    if out.status is Status.OK and result.threads_left:
+        names = ", ".join(repr(first_line(n)) for n in result.threads_left)
+        return (
+            f"left non-daemon thread(s) running after it returned ({names}): the interpreter "
+            "waits for them at exit, so a trainer calling it cannot end"
+        )
     if out.error:
         return first_line(out.error)
     return out.describe()
@@ -405,6 +415,7 @@ def item_record(
                 "wall_s": round(r.outcome.wall_s, 4),
                 "cpu_s": round(r.outcome.cpu_s, 4),
                 "leaked": r.outcome.leaked,
+                "left": r.processes_left + [f"thread {name}" for name in r.threads_left],
                 "fresh_status": str(r.fresh.status) if r.fresh else None,
                 "fresh_wall_s": round(r.fresh.wall_s, 4) if r.fresh else None,
                 "hang": r.hangs,

@@ -158,13 +158,14 @@ def rollup(kinds: Iterable[str], expect_hang: bool) -> Kind:
 
 
 def failure_kinds(result: CaseResult) -> set[str]:
-    """The ``--reward-hang-fail-on`` outcomes one case had (a leak comes on top of its status;
-    a timeout is a ``hang`` or, not shown to be one, ``slow``)."""
+    """The ``--reward-hang-fail-on`` outcomes one case had (a leak, a process or a non-daemon
+    thread left running, comes on top of its status; a timeout is a ``hang`` or, not shown to be
+    one, ``slow``)."""
     kinds = set()
     if result.outcome.status is not Status.OK:
         kinds.add(str(result.outcome.status))
     if result.outcome.status is Status.TIMEOUT:
         kinds.add("hang" if result.hangs else "slow")
-    if result.outcome.leaked:
+    if result.outcome.leaked or result.threads_left:
         kinds.add("leak")
     return kinds

@@ -9,6 +9,7 @@ modules only; the public strategies are re-exported by :mod:`pytest_rewardhang.s
 - ``_cases``: the cases of a run, expanded from the corpus along the size ladder;
 - ``_found``: saved found cases (``repro`` files) and their format;
 - ``_harvest``: regexes and literals harvested from a scorer, turned into formulas;
+- ``_frames``: a family's payload inside the example's frame, past the scorer's gates;
 - ``_redos``: how a regex backtracks (exponential, polynomial) and attacks built from its structure;
 - ``_growth``: power-law fits of time against input size;
 - ``_search``: the search for slow inputs (vocabulary sweep, growth, hard values, Hypothesis);

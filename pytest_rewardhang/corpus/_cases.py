@@ -154,5 +154,53 @@ def truth_variants(cases: Sequence[Case]) -> list[Case]:
     return variants
 
 
+#: A reference as long as a summary's or a translation's: text metrics used as rewards (ROUGE-L,
+#: TER, BLEU) cost as the reference times the response, which no short ground truth shows.
+_SENTENCE = "The committee reviewed the quarterly report and approved the revised budget. "
+
+
+def long_reference(chars: int = TRUTH_CHARS) -> str:
+    return (_SENTENCE * (chars // len(_SENTENCE) + 1))[:chars]
+
+
+def _edited(text: str) -> str:
+    """``text`` with every fifth word changed: a near match, the costliest pair for an edit
+    distance (TER) or an alignment."""
+    words = text.split(" ")
+    return " ".join(w if i % 5 else f"x{w[::-1]}" for i, w in enumerate(words))
+
+
+def long_reference_variants(cases: Sequence[Case]) -> list[Case]:
+    """Two cases a family for a scorer that takes a ground truth: its response (as the
+    ground-truth variants take it) against a reference of :data:`TRUTH_CHARS` characters; and
+    a response and a reference both that long, one the other with every fifth word changed."""
+    if not cases:
+        return []
+    within = [c for c in cases if len(c.text) <= TRUTH_CHARS]
+    base = (
+        max(within, key=lambda c: len(c.text)) if within else min(cases, key=lambda c: len(c.text))
+    )
+    pair = (base.text + " " + long_reference())[:TRUTH_CHARS]
+    return [
+        Case(
+            f"{base.id}-long-reference",
+            base.family,
+            base.text,
+            f"{base.description}; a reference of {TRUTH_CHARS} characters",
+            long_reference(),
+            provenance=base.provenance,
+        ),
+        Case(
+            f"{base.id}-long-pair",
+            base.family,
+            pair,
+            f"{base.description}, lengthened to {TRUTH_CHARS} characters; its reference as "
+            "long, every fifth word changed",
+            _edited(pair),
+            provenance=base.provenance,
+        ),
+    ]
+
+
 def families(cases: Sequence[Case]) -> list[str]:
     return list(dict.fromkeys(case.family for case in cases))

@@ -46,6 +46,13 @@ class Vocabulary:
     patterns: list[str] = field(default_factory=list)
     #: String constants of the scorer's own source files.
     literals: list[str] = field(default_factory=list)
+    #: The strings its source tests a response for (``"</think>" in text``, ``.split("####")``,
+    #: a name bound to one), then tag-like literals (``"<answer>"``): the gates a response must
+    #: pass to reach the rest of the scorer, first seen first.
+    markers: list[str] = field(default_factory=list)
+    #: The keys its source reads (``data["answer"]``, ``.get("answer")``) in a file that parses
+    #: JSON: a response that is not that JSON object never reaches the rest.
+    fields: list[str] = field(default_factory=list)
 
 
 def collect(spec: str, rootdir: str, example: dict[str, Any]) -> Vocabulary:
@@ -91,14 +98,126 @@ def collect(spec: str, rootdir: str, example: dict[str, Any]) -> Vocabulary:
         re._compile = original  # type: ignore[attr-defined]
     literals: list[str] = []
     written: list[str] = []
+    trees: list[ast.AST] = []
     for module in list(sys.modules.values()):
         file = getattr(module, "__file__", None)
         if not file or not file.endswith(".py") or not own(file):
             continue
         literals += source_literals(Path(file))
         written += source_patterns(Path(file))
+        tree = _parsed(Path(file))
+        if tree is not None:
+            trees.append(tree)
     seen = [*compiled, *((p, True) for p in written)]
-    return Vocabulary(rank_patterns(seen), list(dict.fromkeys(literals)))
+    # Tags a format regex requires (``^<think>\n.*?\n</think>\n<answer>``) gate as much.
+    pieces = [piece for pattern in rank_patterns(seen) for piece in literal_pieces(pattern)]
+    tags = [tag for text in [*literals, *pieces] for tag in _TAG.findall(text)]
+    markers = source_markers(trees) + tags
+    return Vocabulary(
+        rank_patterns(seen),
+        list(dict.fromkeys(literals)),
+        list(dict.fromkeys(markers)),
+        json_fields(trees),
+    )
+
+
+#: A markup tag, opening or closing: ``<think>``, ``</answer>``, ``<|im_end|>`` is not one.
+_TAG = re.compile(r"</?[A-Za-z_][\w\-]*>")
+#: String methods whose first argument is what the response is searched for.
+_SEARCHES = {"split", "rsplit", "partition", "rpartition", "find", "rfind", "index", "rindex"}
+_SEARCHES |= {"startswith", "endswith", "count", "removeprefix", "removesuffix"}
+
+
+def _parsed(path: Path) -> ast.AST | None:
+    try:
+        return ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError):
+        return None
+
+
+def source_markers(trees: list[ast.AST]) -> list[str]:
+    """The strings the source tests a text for, in the order written: the left of ``in`` and
+    ``not in``, the first argument of ``split``, ``find``, ``startswith``... A name is resolved
+    through the string constants assigned to it in any of ``trees`` (rllm keeps
+    ``THOUGHT_DELIMITER_END = "</think>"`` in a module of its own)."""
+    constants: dict[str, str] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        constants.setdefault(target.id, node.value.value)
+
+    def text(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            return constants.get(node.id)
+        return None
+
+    found: list[tuple[int, int, str]] = []
+    for tree in trees:
+        for node in ast.walk(tree):
+            searched: ast.expr | None = None
+            if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.In | ast.NotIn):
+                searched = node.left
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _SEARCHES
+                and node.args
+            ):
+                searched = node.args[0]
+            value = text(searched) if searched is not None else None
+            if value is not None and len(value.strip()) >= 2 and len(value) <= _MAX_LITERAL:
+                found.append((id(tree), getattr(node, "lineno", 0), value))
+    order = {id(tree): i for i, tree in enumerate(trees)}
+    return [value for _, _, value in sorted(found, key=lambda f: (order[f[0]], f[1]))]
+
+
+def json_fields(trees: list[ast.AST]) -> list[str]:
+    """The keys read by subscript or ``.get`` in the files that call ``json.loads`` (or
+    ``loads`` from json), in the order written: the fields a JSON-answer scorer gates on."""
+    found: list[str] = []
+    for tree in trees:
+        parses = any(
+            (
+                isinstance(node, ast.Attribute)
+                and node.attr == "loads"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "json"
+            )
+            or (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "json"
+                and any(alias.name == "loads" for alias in node.names)
+            )
+            for node in ast.walk(tree)
+        )
+        if not parses:
+            continue
+        for node in ast.walk(tree):
+            key: ast.expr | None = None
+            if isinstance(node, ast.Subscript):
+                key = node.slice
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+            ):
+                key = node.args[0]
+            if (
+                isinstance(key, ast.Constant)
+                and isinstance(key.value, str)
+                and key.value.isidentifier()
+            ):
+                found.append(key.value)
+    return list(dict.fromkeys(found))
 
 
 async def _awaited(value: Any) -> Any:

@@ -110,6 +110,13 @@ def sleeps(solution_str):
     return 0.0
 
 
+def slow_on_everything(solution_str):
+    # Every case past 500 characters takes 1.3 s: slow everywhere, never hung.
+    if len(solution_str) > 500 and "6 * 7" not in solution_str:
+        time.sleep(1.3)
+    return 0.0
+
+
 def sleeps_on_long(solution_str):
     # Every case of every family, but not its example or a short response.
     if len(solution_str) > 8 and "6 * 7" not in solution_str:
@@ -165,8 +172,11 @@ def test_a_case_that_ends_under_ten_deadlines_is_slow_not_a_hang(project: pytest
     for case in timeouts:
         assert (case["hang"], case["confirmed"], case["fresh_status"]) == (False, None, "ok")
         assert 1.0 < case["fresh_wall_s"] < CONFIRM_FACTOR
-    # A slow case does not stop its family: the next size might have been the hang.
-    assert entry["skipped"] == 0
+    # A slow case whose time still grew (quick at 2 KiB) did not stop its family: the next
+    # size might have been the hang. The largest, as slow, did: the cases after it (the other
+    # formulas' 8 KiB, the framed response) would only say "slow" again.
+    assert entry["skipped"] == 4
+    result.stdout.fnmatch_lines(["stopped after a slow case: 4 case(s) skipped"])
 
 
 @pytest.mark.slow  # a slow case and its re-run: the slow tier
@@ -249,7 +259,7 @@ def test_a_growth_the_scorers_own_alarm_bounds_is_slow_not_a_hang(
     # size between (its deadline and its re-run) is not run.
     assert 65536 not in {case["chars"] for case in entry["cases"]}
     result.stdout.fnmatch_lines(
-        ["  * size(s) between * and 131072 chars not run: it took * s at 131072, about as *"]
+        ["  * case(s) between * and 131072 chars and after not run: it took * s at 131072, about *"]
     )
 
 
@@ -279,8 +289,29 @@ def test_a_hang_at_the_largest_size_is_reported_at_the_smallest(project: pytest.
     hangs = [case["chars"] for case in entry["cases"] if case["hang"]]
     assert hangs == [16384, 65536], hangs
     # After the hang: the other two formulas' 16 KiB, and 32 and 64 KiB of all three but the
-    # first formula's 64 KiB, which ran.
-    assert entry["skipped"] == 7
+    # first formula's 64 KiB, which ran; and the framed responses (the example's own frame,
+    # and after "recompute", a string the scorers' source looks for).
+    assert entry["skipped"] == 9
+
+
+def test_a_scorer_slow_on_every_case_costs_a_few_deadlines_per_family_not_one_per_case(
+    project: pytest.Pytester,
+) -> None:
+    """Its first slow case, then its formula's largest size, slow about as long: the family
+    stops there. Each further case would have cost a deadline and its re-run to say "slow"."""
+    result, entry = check(project, "slow_on_everything", 8192, "--reward-hang-contexts=main")
+    assert entry["status"] == "slow"
+    timeouts = [case for case in entry["cases"] if case["status"] == "timeout"]
+    assert [case["chars"] for case in timeouts] == [1024, 8192], timeouts
+    assert all(case["fresh_status"] == "ok" for case in timeouts)
+    # Every other case of the family, its framed response among them.
+    assert entry["skipped"] >= 10
+    result.stdout.fnmatch_lines(
+        [
+            f"stopped after a slow case: {entry['skipped']} case(s) skipped",
+            "  * case(s) between 1024 and 8192 chars and after not run: it took * s at 8192, *",
+        ]
+    )
 
 
 def test_an_expected_hang_is_confirmed_within_one_deadline(project: pytest.Pytester) -> None:

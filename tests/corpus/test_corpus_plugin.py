@@ -39,7 +39,8 @@ def quadratic(solution_str, ground_truth):
 
 def truth_seen(solution_str, ground_truth):
     # The default example's truth with a corpus response: the case's own was not passed.
-    if "abab" in solution_str and ground_truth == "42" and "boxed{42}" not in solution_str:
+    # (A response inside a \\boxed{} carries a truth of its own shapes.)
+    if "abab" in solution_str and ground_truth == "42" and "boxed{" not in solution_str:
         raise ValueError(f"ground truth not passed: {ground_truth!r}")
     return 0.0
 '''
@@ -83,15 +84,26 @@ def test_user_corpus_shadows_and_family_selection(project: pytest.Pytester) -> N
     assert report["settings"]["corpus_version"].startswith("1:")
     # Each case once per context it was called in (contexts run the slowest cases again).
     ids = {case["id"] for case in report["scorers"][0]["cases"]}
-    assert sorted(i for i in ids if "-truth" not in i) == [
+    assert sorted(i for i in ids if "-truth" not in i and "-long-" not in i) == [
         "halves-64",
         "repetition-128",
         "repetition-64",
     ]
-    # And each family's longest case under the other shapes of ground truth.
+    # And each family's longest case under the other shapes of ground truth, plain and framed
+    # (the example's own frame, and after a string the scorer's source looks for).
     assert {i.rsplit("-truth", 1)[0] for i in ids if "-truth" in i} == {
         "halves-64",
+        "halves-64-frame0",
+        "halves-64-frame1",
         "repetition-128",
+        "repetition-128-frame0",
+        "repetition-128-frame1",
+    }
+    # And against long references.
+    assert {i for i in ids if "-long-" in i} == {
+        f"{base}-long-{what}"
+        for base in ("halves-64", "repetition-128")
+        for what in ("reference", "pair")
     }
 
 

@@ -1,0 +1,65 @@
+"""Inputs no family made: a long reference, and a response and a reference both long. A text
+metric used as a reward (ROUGE-L, TER) costs as the response times the reference; every ground
+truth a case carried was a few characters, so that cost never showed."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_rewardhang.corpus import _cases
+from tests._projects import fast, reported
+
+pytestmark = pytest.mark.timeout(180)
+
+METRIC = '''\
+def lcs_f1(response, reference):
+    """ROUGE-L's shape, over characters: a longest common subsequence by dynamic programming."""
+    previous = [0] * (len(reference) + 1)
+    for a in response:
+        current = [0]
+        for j, b in enumerate(reference):
+            current.append(previous[j] + 1 if a == b else max(previous[j + 1], current[j]))
+        previous = current
+    common = previous[-1]
+    if not common:
+        return 0.0
+    precision, recall = common / len(response), common / len(reference)
+    return 2 * precision * recall / (precision + recall)
+'''
+
+
+def test_a_metric_quadratic_in_the_reference_is_found_on_a_long_reference(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(metric=METRIC)
+    pytester.makeini("[pytest]\n")
+    result = pytester.runpytest_subprocess(
+        *fast(deadline=1, max_chars=4096, family="repetition"),
+        "--reward-hang-scorer=metric.py:lcs_f1 kind=text",
+        "--reward-hang-contexts=main",
+        "--reward-hang-json=r.json",
+    )
+    entry = reported(pytester)["metric.lcs_f1"]
+    assert entry["status"] == "hang", entry["status"]
+    timeout = next(case for case in entry["cases"] if case["status"] == "timeout")
+    assert timeout["id"].endswith(("-long-reference", "-long-pair")), timeout["id"]
+    assert len(timeout["ground_truth"]) == _cases.TRUTH_CHARS
+    # Every case with a short ground truth finished: the 4 KiB responses alone cost nothing.
+    short = [c for c in entry["cases"] if c["ground_truth"] and len(c["ground_truth"]) < 100]
+    assert short
+    assert all(case["status"] == "ok" for case in short)
+    result.stdout.fnmatch_lines(["HANG case repetition-*-long-* (*a reference of 4096 char*"])
+
+
+def test_long_references_are_as_long_as_promised_and_the_pair_is_a_near_match() -> None:
+    base = _cases.Case("f-1", "f", "short response", "d", "42")
+    reference, pair = _cases.long_reference_variants([base])
+    assert reference.text == "short response"
+    assert len(reference.ground_truth or "") == _cases.TRUTH_CHARS
+    assert len(pair.text) == _cases.TRUTH_CHARS
+    assert pair.text.startswith("short response ")
+    truth = (pair.ground_truth or "").split(" ")
+    words = pair.text.split(" ")
+    assert len(truth) == len(words)
+    changed = sum(a != b for a, b in zip(words, truth, strict=True))
+    assert len(words) // 6 <= changed <= len(words) // 4
