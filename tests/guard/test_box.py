@@ -23,12 +23,11 @@ import pytest
 
 from pytest_rewardhang.guard import Confinement, Pool, Status, _confine, run
 from tests.guard import _box_items
+from tests.guard._bounds import LONG
 from tests.guard.test_confinement import needs
 
 pytestmark = pytest.mark.timeout(180)
 
-#: Every budget here: a correctness bound on a loaded machine, never a latency claim.
-BUDGET = 30.0
 #: Every option that confines a call, on (where the kernel permits; ``confined`` says what did).
 ALL_ON: dict[str, Any] = {"memory_mb": 256, "max_processes": 64, "network": False}
 if os.geteuid() == 0:
@@ -46,7 +45,7 @@ class Holdings:
         self.client = socket.create_connection(self.listener.getsockname())
         self.server, _ = self.listener.accept()
         self.log = open(tmp_path / "trainer.log", "w")  # noqa: SIM115 - held for the test
-        self.other = Pool(_box_items.descriptors, workers=1, budget=BUDGET)
+        self.other = Pool(_box_items.descriptors, workers=1, budget=LONG)
         self.other.map([()])
         self.threads = []
         for n in range(2):
@@ -54,7 +53,7 @@ class Holdings:
             thread = threading.Thread(
                 target=run,
                 args=(_box_items.wait_beside, (str(self.done), pidfile)),
-                kwargs={"budget": BUDGET},
+                kwargs={"budget": LONG},
             )
             thread.start()
             self.threads.append(thread)
@@ -70,7 +69,7 @@ class Holdings:
     def close(self) -> None:
         self.done.touch()
         for thread in self.threads:
-            thread.join(BUDGET)
+            thread.join(LONG)
         self.other.close()
         for each in (self.server, self.client, self.listener, self.log):
             each.close()
@@ -87,7 +86,7 @@ class Holdings:
 
 
 def _await_file(path: str) -> None:
-    end = time.monotonic() + BUDGET
+    end = time.monotonic() + LONG
     while not os.path.exists(path):
         assert time.monotonic() < end, f"{path} never came"
         time.sleep(0.01)
@@ -131,14 +130,14 @@ def test_a_guarded_process_holds_nothing_of_its_callers(
     descriptor open on anything the caller held, its standard streams included, but a
     zygote's output and error (its caller's, where the scorer's import prints)."""
     if kind == "run":
-        out = run(_box_items.held, budget=BUDGET, **options)
+        out = run(_box_items.held, budget=LONG, **options)
         assert out.status is Status.OK, out.describe()
         assert holdings.caught(out.value) == []
         return
     forked = kind.startswith("forked-")
     fn = _closure(_box_items.held) if forked else _box_items.held
     isolate = kind.endswith("isolated-item")
-    with Pool(fn, workers=2, budget=BUDGET, isolate=isolate, **options) as pool:
+    with Pool(fn, workers=2, budget=LONG, isolate=isolate, **options) as pool:
         zygote = pool._engine.zygote
         assert zygote is not None
         assert zygote.forked == forked
@@ -157,7 +156,7 @@ def test_an_isolated_item_holds_its_own_channel_alone() -> None:
     """An isolated item holds its own result channel, its stack pipe and its output (fds 1 and
     2 and their non-blocking twins), and nothing else of its worker's: not the worker's task
     or result pipe, nor its memory of the fence."""
-    with Pool(_box_items.held, workers=1, budget=BUDGET, isolate=True) as pool:
+    with Pool(_box_items.held, workers=1, budget=LONG, isolate=True) as pool:
         out = pool.map([()])[0]
         worker = next(iter(pool._engine.workers.values()))
         theirs = {key: f"{fd} -> {target}" for fd, target, key in _box_items.held(worker.pid)}
@@ -178,9 +177,9 @@ def test_an_isolated_item_holds_its_own_channel_alone() -> None:
 
 
 def test_an_isolated_item_does_not_map_its_workers_fence() -> None:
-    with Pool(_box_items.fence_mapped, workers=1, budget=BUDGET, isolate=True) as pool:
+    with Pool(_box_items.fence_mapped, workers=1, budget=LONG, isolate=True) as pool:
         isolated = pool.map([()])[0]
-    with Pool(_box_items.fence_mapped, workers=1, budget=BUDGET) as pool:
+    with Pool(_box_items.fence_mapped, workers=1, budget=LONG) as pool:
         warm = pool.map([()])[0]
     assert isolated.status is Status.OK
     assert warm.status is Status.OK
@@ -197,19 +196,19 @@ def test_no_unprivileged_guarded_process_can_act_on_another(readable: Path) -> N
     targets: the caller, two pools' zygotes, their warm and isolating workers, a ``run()``
     child and an isolated item waiting beside."""
     done = str(readable / "done")
-    warm = Pool(_box_items.item, workers=2, budget=BUDGET, unprivileged=True)
-    isolating = Pool(_box_items.item, workers=2, budget=BUDGET, unprivileged=True, isolate=True)
+    warm = Pool(_box_items.item, workers=2, budget=LONG, unprivileged=True)
+    isolating = Pool(_box_items.item, workers=2, budget=LONG, unprivileged=True, isolate=True)
     waiting = threading.Thread(
         target=run,
         args=(_box_items.wait_beside, (done,)),
-        kwargs={"budget": BUDGET, "unprivileged": True},
+        kwargs={"budget": LONG, "unprivileged": True},
     )
     try:
         waiting.start()
         item = isolating.submit("wait_beside", done)
         workers = [worker.pid for worker in isolating._engine.workers.values()]
         beside: dict[int, int] = {}
-        end = time.monotonic() + BUDGET
+        end = time.monotonic() + LONG
         while len(beside) < 2:  # the run() child (ours), the isolated item (a worker's)
             assert time.monotonic() < end, f"the processes waiting beside never came: {beside}"
             time.sleep(0.01)
@@ -223,15 +222,15 @@ def test_no_unprivileged_guarded_process_can_act_on_another(readable: Path) -> N
             targets.append(zygote.pid)
             targets += [worker.pid for worker in pool._engine.workers.values()]
         attackers = {
-            "run": run(_box_items.act_on, (targets,), budget=BUDGET, unprivileged=True),
+            "run": run(_box_items.act_on, (targets,), budget=LONG, unprivileged=True),
             "warm": warm.map([("act_on", targets)])[0],
             "isolated": isolating.map([("act_on", targets)])[0],
         }
         Path(done).touch()
-        assert item.result(BUDGET).status is Status.OK
+        assert item.result(LONG).status is Status.OK
     finally:
         Path(done).touch()
-        waiting.join(BUDGET)
+        waiting.join(LONG)
         warm.close()
         isolating.close()
     uids = set()
@@ -251,9 +250,9 @@ def test_no_unprivileged_guarded_process_can_act_on_another(readable: Path) -> N
 def test_each_unprivileged_process_has_a_uid_of_its_own() -> None:
     """Concurrent calls, the workers of one pool and the isolated items of one worker: no two
     alike while they run (a uid is handed out again only after its holder is gone)."""
-    with Pool(os.getuid, workers=3, budget=BUDGET, unprivileged=True) as warm:
+    with Pool(os.getuid, workers=3, budget=LONG, unprivileged=True) as warm:
         workers = {out.value for out in warm.map([()] * 30)}
-    with Pool(os.getuid, workers=1, budget=BUDGET, unprivileged=True, isolate=True) as isolating:
+    with Pool(os.getuid, workers=1, budget=LONG, unprivileged=True, isolate=True) as isolating:
         items = [out.value for out in isolating.map([()] * 5)]
     assert len(workers) == 3
     assert len(set(items)) == 5
@@ -302,10 +301,10 @@ def test_sysv_shared_memory_is_each_calls_own_and_goes_with_it(kind: str) -> Non
     size = 32 << 20
     try:
         if kind == "run":
-            made = run(_box_items.shared_memory, (size,), budget=BUDGET)
-            found = run(_box_items.shared_memory, (0,), budget=BUDGET)
+            made = run(_box_items.shared_memory, (size,), budget=LONG)
+            found = run(_box_items.shared_memory, (0,), budget=LONG)
         else:
-            with Pool(_box_items.shared_memory, workers=1, budget=BUDGET, isolate=True) as pool:
+            with Pool(_box_items.shared_memory, workers=1, budget=LONG, isolate=True) as pool:
                 made, found = pool.map([(size,), (0,)])
         assert made.status is Status.OK, made.describe()
         assert Confinement.PRIVATE_IPC in made.confined

@@ -24,13 +24,12 @@ import pytest
 
 from pytest_rewardhang.guard import Confinement, Pool, Status, _confine, run
 from tests.guard import _box_attack_items as items
+from tests.guard._bounds import LONG
 from tests.guard._box_items import guarded_children
 from tests.guard.test_confinement import needs
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("no_leaks")]
 
-#: Every budget here: a correctness bound on a loaded machine, never a latency claim.
-BUDGET = 30.0
 #: Every option that confines a call, on.
 ALL_ON: dict[str, Any] = {
     "memory_mb": 256,
@@ -64,7 +63,7 @@ def test_an_isolated_item_leaves_nothing_in_the_shared_folders_for_the_next(
 ) -> None:
     """Item 1 leaves an answer in every shared folder it may write; item 2, isolated under
     another uid, looks for it; once the pool is gone nothing of item 1's is left."""
-    with Pool(items.leave_or_find, workers=1, budget=BUDGET, isolate=True, **ALL_ON) as pool:
+    with Pool(items.leave_or_find, workers=1, budget=LONG, isolate=True, **ALL_ON) as pool:
         left, found = pool.map([("leave", left_name), ("find", left_name)])
     assert left.status is Status.OK, left.describe()
     assert found.status is Status.OK, found.describe()
@@ -223,12 +222,12 @@ def test_isolated_items_of_two_pools_cannot_meet_to_pass_descriptors() -> None:
     connects. B must get nothing of A's: each has the world-writable folders as its own."""
     path = f"meet-{uuid.uuid4().hex[:8]}.sock"
     with (
-        Pool(items.meet, workers=1, budget=BUDGET, isolate=True, **ALL_ON) as one,
-        Pool(items.meet, workers=1, budget=BUDGET, isolate=True, **ALL_ON) as other,
+        Pool(items.meet, workers=1, budget=LONG, isolate=True, **ALL_ON) as one,
+        Pool(items.meet, workers=1, budget=LONG, isolate=True, **ALL_ON) as other,
     ):
         handing = one.submit("hand", path, 3.0)
-        took = other.submit("take", path, 3.0).result(BUDGET)
-        assert handing.result(BUDGET).value == "nobody came"
+        took = other.submit("take", path, 3.0).result(LONG)
+        assert handing.result(LONG).value == "nobody came"
     assert took.status is Status.OK, took.describe()
     assert Confinement.NO_NETWORK in took.confined
     assert took.value == [], f"an item held another's descriptors: {took.value}"
@@ -248,7 +247,7 @@ def test_an_isolated_items_time_is_its_workers_measure_not_its_claim(
     successors in that worker can read.)"""
     if options and os.geteuid() != 0:
         pytest.skip("unprivileged=True needs a root caller")
-    with Pool(items.forge_handed_time, workers=1, budget=BUDGET, isolate=True, **options) as pool:
+    with Pool(items.forge_handed_time, workers=1, budget=LONG, isolate=True, **options) as pool:
         out = pool.map([(0.3,)])[0]
     assert out.status is Status.OK, out.describe()
     assert out.wall_s >= 0.3, f"the item's own claim was taken: {out.wall_s}"
@@ -299,7 +298,7 @@ def test_a_pool_items_sibling_is_gone_before_the_next_item(
     cgroups or found by their subreapers alone."""
     if options and os.geteuid() != 0:
         pytest.skip("unprivileged=True needs a root caller")
-    with Pool(items.clone_or_look, workers=1, budget=BUDGET, isolate=isolate, **options) as pool:
+    with Pool(items.clone_or_look, workers=1, budget=LONG, isolate=isolate, **options) as pool:
         [cloned] = pool.map([("clone",)])
         assert cloned.status is Status.OK, cloned.describe()
         [looked] = pool.map([("look", cloned.value)])
@@ -316,12 +315,12 @@ def test_an_isolated_item_cannot_read_another_items_program_arguments() -> None:
     scorer does; item B, in another pool, concurrently, looks for it in /proc."""
     secret = f"rewardhang-expected-output-{uuid.uuid4().hex}"
     with (
-        Pool(items.spy_or_run, workers=1, budget=BUDGET, isolate=True, **ALL_ON) as one,
-        Pool(items.spy_or_run, workers=1, budget=BUDGET, isolate=True, **ALL_ON) as other,
+        Pool(items.spy_or_run, workers=1, budget=LONG, isolate=True, **ALL_ON) as one,
+        Pool(items.spy_or_run, workers=1, budget=LONG, isolate=True, **ALL_ON) as other,
     ):
         running = one.submit("run", secret, 3.0)
-        spied = other.submit("spy", secret, 5.0).result(BUDGET)
-        assert running.result(BUDGET).status is Status.OK
+        spied = other.submit("spy", secret, 5.0).result(LONG)
+        assert running.result(LONG).status is Status.OK
     assert spied.status is Status.OK, spied.describe()
     assert spied.value == [], "an item read another item's program's input"
 
@@ -337,7 +336,7 @@ def test_links_an_item_leaves_are_removed_not_followed(tmp_path: Path) -> None:
     target = tmp_path / "trainer"
     target.mkdir()
     (target / "checkpoint").write_text("weights")
-    with Pool(items.links_or_reach, workers=1, budget=BUDGET, isolate=True, **ALL_ON) as pool:
+    with Pool(items.links_or_reach, workers=1, budget=LONG, isolate=True, **ALL_ON) as pool:
         planted, after = pool.map(
             [("plant", str(target / "checkpoint"), str(target)), ("plant", "/", "/")]
         )
@@ -353,7 +352,7 @@ def test_an_unprivileged_item_reaches_no_descriptor_setting_or_group(isolate: bo
     """An unprivileged item tries to reach the caller's and its zygote's descriptors (their
     fd folders, ``pidfd_getfd``), to signal them as root of a user namespace of its own, to
     write ``/proc/sys`` settings and its own group's files: each refused."""
-    with Pool(items.links_or_reach, workers=1, budget=BUDGET, isolate=isolate, **ALL_ON) as pool:
+    with Pool(items.links_or_reach, workers=1, budget=LONG, isolate=isolate, **ALL_ON) as pool:
         zygote = pool._engine.zygote
         assert zygote is not None
         out = pool.map([("reach", [os.getpid(), zygote.pid])])[0]

@@ -26,14 +26,11 @@ import pytest
 
 from pytest_rewardhang.guard import Containment, Pool, Status, _cgroup, _contain, run
 from tests.conftest import children, sigint_storm, state
+from tests.guard._bounds import GONE_WITHIN_S, HANG_S
 
 pytestmark = pytest.mark.timeout(120)
 
 ROOT = Path(__file__).resolve().parents[2]
-#: How long a killed process or a removed folder may take to go: generous, a hang is tested.
-GONE_WITHIN_S = 10.0
-#: How late control may come back past the budget before it counts as a hang, not lateness.
-HANG_S = 5.0
 
 # ruff: noqa: S606, S607 - "sleep" from PATH, as a scorer would start it
 

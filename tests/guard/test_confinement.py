@@ -32,11 +32,10 @@ from pytest_rewardhang.guard import (
     guarded,
     run,
 )
+from tests.guard._bounds import MIB
 from tests.guard._confined_items import children_holding, fork_bomb
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_leaks")]
-
-MIB = 1 << 20
 
 
 def _probe(confinement: Confinement) -> bool:

@@ -31,6 +31,7 @@ from pytest_rewardhang.guard import (
     run,
 )
 from tests.conftest import assert_dead, children, dead_or_dying, state
+from tests.guard._bounds import GONE_WITHIN_S
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,8 +82,6 @@ def contained(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 # ruff: noqa: S607 - "sleep" and "unshare" from PATH, as a scorer would start them
 
 ROOT = Path(__file__).resolve().parents[2]
-#: How long a killed process may take to disappear: generous, a hang is what is tested.
-GONE_WITHIN_S = 10.0
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36

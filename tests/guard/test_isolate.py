@@ -14,12 +14,10 @@ import pytest
 
 from pytest_rewardhang.guard import Pool, Status
 from tests.guard._attacks import REACHING, attack, crash, probe, quick
+from tests.guard._bounds import ANSWER_BUDGET, STRIKE_S
 
 pytestmark = [pytest.mark.timeout(60)]
 
-BUDGET = 5.0
-#: Long enough for what an attack arms (the watchdog, a thread) to strike during the probe.
-STRIKE_S = 0.4
 
 #: Of the attacks in REACHING, those the warm worker undoes: it puts back limits, the
 #: environment, the directory and the umask, and retires after a thread left running. The
@@ -31,7 +29,7 @@ WARM_UNDOES = ("thread-patches", "nofile-cpu", "env-cwd-umask")
 
 
 def fresh_probe() -> object:
-    with Pool(probe, workers=1, budget=BUDGET) as pool:
+    with Pool(probe, workers=1, budget=ANSWER_BUDGET) as pool:
         [out] = pool.map([(STRIKE_S,)])
     assert out.ok, out.describe()
     return out.value
@@ -41,11 +39,11 @@ def fresh_probe() -> object:
 @pytest.mark.usefixtures("no_leaks")
 def test_an_isolated_item_reaches_no_later_item(kind: str) -> None:
     expected = fresh_probe()
-    with Pool(attack, workers=1, budget=BUDGET, isolate=True) as pool:
+    with Pool(attack, workers=1, budget=ANSWER_BUDGET, isolate=True) as pool:
         start = time.monotonic()
         outs = pool.map([(kind,), ("probe-later",), (kind,), ("probe-later",)])
         took = time.monotonic() - start
-    assert took < 4 * BUDGET
+    assert took < 4 * ANSWER_BUDGET
     if kind != "patch-builtins":  # that one breaks its own answer: len is the child's too
         assert [o.value for o in outs[::2]] == [kind, kind], [o.describe() for o in outs]
     for out in outs[1::2]:
@@ -57,7 +55,7 @@ def test_an_isolated_item_reaches_no_later_item(kind: str) -> None:
 @pytest.mark.usefixtures("no_leaks")
 def test_what_the_warm_worker_puts_back_of_the_same_attacks(kind: str) -> None:
     expected = fresh_probe()
-    with Pool(attack, workers=1, budget=BUDGET) as pool:
+    with Pool(attack, workers=1, budget=ANSWER_BUDGET) as pool:
         outs = pool.map([(kind,), ("probe-later",)])
     assert outs[0].value == kind, outs[0].describe()
     assert outs[1].ok, outs[1].describe()
@@ -70,7 +68,7 @@ def test_what_the_warm_worker_puts_back_of_the_same_attacks(kind: str) -> None:
 )
 @pytest.mark.usefixtures("no_leaks")
 def test_an_isolated_item_that_dies_costs_only_itself(how: str, status: Status) -> None:
-    with Pool(crash, workers=1, budget=BUDGET, memory_mb=200, isolate=True) as pool:
+    with Pool(crash, workers=1, budget=ANSWER_BUDGET, memory_mb=200, isolate=True) as pool:
         outs = pool.map([("none",), (how, 400), ("none",), ("none",)])
     assert outs[1].status is status, outs[1].describe()
     if how == "exit":
@@ -107,7 +105,7 @@ def test_what_an_isolated_item_leaves_running_is_killed_and_counted() -> None:
 
 @pytest.mark.usefixtures("no_leaks")
 def test_an_isolated_map_of_many_quick_items_answers_each_in_order() -> None:
-    with Pool(quick, workers=2, budget=BUDGET, isolate=True) as pool:
+    with Pool(quick, workers=2, budget=ANSWER_BUDGET, isolate=True) as pool:
         outs = pool.map([(i,) for i in range(200)])
     assert [o.status for o in outs] == [Status.OK] * 200
     assert [o.value for o in outs] == [2 * i for i in range(200)]

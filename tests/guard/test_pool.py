@@ -18,6 +18,7 @@ import pytest
 
 from pytest_rewardhang.guard import NotStarted, Outcome, Pool, Status
 from tests.conftest import assert_dead, children, state
+from tests.guard._bounds import BUDGET, SLACK
 from tests.guard._scorers import (
     a_float,
     allocate,
@@ -34,11 +35,6 @@ from tests.guard._scorers import (
     writes_to_fd_1,
 )
 from tests.guard.conftest import Launch
-
-BUDGET = 0.5
-#: Time a kill and the replacement worker may add to a hang, beyond the budget: a correctness
-#: bound on a busy machine (a hang must end), not the latency, which benchmarks/ measures.
-SLACK = 0.4
 
 pytestmark = [pytest.mark.timeout(30)]
 

@@ -43,6 +43,7 @@ from tests.guard._attacks import (
     returns_a_finalized_value,
     swaps_its_workers_descriptor,
 )
+from tests.guard._bounds import BUDGET
 from tests.guard._forging import (
     answers_with,
     forges,
@@ -52,8 +53,6 @@ from tests.guard._forging import (
 from tests.guard.conftest import Launch
 
 pytestmark = [pytest.mark.timeout(60)]
-
-BUDGET = 0.5
 
 
 # --- control comes back -----------------------------------------------------------------------

@@ -21,10 +21,7 @@ import pytest
 
 from pytest_rewardhang.guard import NotStarted, Outcome, Pool, PoolError, Status
 from tests.conftest import assert_dead, children
-
-BUDGET = 0.5
-#: A bound for anything the pool must finish: generous on a busy machine, finite for a hang.
-LONG = 30.0
+from tests.guard._bounds import BUDGET, LONG
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -20,9 +20,8 @@ import pytest
 from pytest_rewardhang.guard import Pool, PoolError, Status, _launch
 from tests._lazy import COLD, WARM, imported_before
 from tests.conftest import join_a_lingering_thread
+from tests.guard._bounds import BUDGET
 from tests.guard.conftest import Launch
-
-BUDGET = 0.5
 
 pytestmark = [pytest.mark.timeout(60)]
 

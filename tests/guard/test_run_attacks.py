@@ -29,13 +29,11 @@ from pytest_rewardhang.guard._wire import DUMP_SIGNAL, RESULT_LIMIT
 from tests._procs import python_c
 from tests.conftest import kill_everything_below, pipes, sigint_storm, state
 from tests.guard._attacks import nested_status_frame
+from tests.guard._bounds import BUDGET, GENEROUS
 from tests.guard._forging import crafted
 
 #: Where the package under test is imported from, for the subprocesses.
 ROOT = str(Path(pytest_rewardhang.__file__).resolve().parents[1])
-BUDGET = 0.5
-#: A hang must end: control back within the budget plus this, however loaded the machine.
-GENEROUS = 5.0
 
 pytestmark = [pytest.mark.timeout(60)]
 
