@@ -625,7 +625,8 @@ def compute_score(solution_str, ground_truth):
 """,
     "rewards/code.py": """\
 def compute_score(solution_str, ground_truth):
-    return float(chr(96) * 3 in solution_str)
+    # Stands in for running the program: a fenced one that prints passes, one that fails not.
+    return float(chr(96) * 3 in solution_str and "print(" in solution_str)
 """,
     "rewards/code_example.json": json.dumps(
         {"solution_str": "```python\nprint(1)\n```", "ground_truth": "1"}
