@@ -442,11 +442,6 @@ class _Zygote:  # pragma: no cover - zygote only
                 frozen.append(wid)
             else:  # nothing to freeze: its kill stops the tree first thing anyway
                 self.kill(wid)
-        if forks and len(frozen) < len(kills):
-            # What a killed worker's item started as our own child (clone(CLONE_PARENT)),
-            # outside its tree, where no group holds it: gone before the replacement's first
-            # item, not at the killed worker's reaping, which may come after it.
-            self.sweep()
         for wid, fds in forks:
             self.fork(wid, fds)
         for wid in frozen:
@@ -459,6 +454,10 @@ class _Zygote:  # pragma: no cover - zygote only
         if not _inherit.put_back(self.inherited):
             # Every worker would inherit what an item lowered: the caller starts a new zygote.
             os._exit(1)
+        # What an item started as our own child (clone(CLONE_PARENT)), outside its worker's
+        # tree, where no group holds it: gone before a new worker's first item, not when the
+        # worker it came from is reaped, which may come after (one look at our children).
+        self.sweep()
         parent = os.getpid()
         # An isolating worker is one task more than its items may start, and leaves the IPC
         # namespace and the identity to each of them: it stays out of their reach.

@@ -40,15 +40,19 @@ def test_a_metric_quadratic_in_the_reference_is_found_on_a_long_reference(
         "--reward-hang-json=r.json",
     )
     entry = reported(pytester)["metric.lcs_f1"]
-    assert entry["status"] == "hang", entry["status"]
-    timeout = next(case for case in entry["cases"] if case["status"] == "timeout")
-    assert timeout["id"].endswith(("-long-reference", "-long-pair")), timeout["id"]
-    assert len(timeout["ground_truth"]) == _cases.TRUTH_CHARS
+    # A hang where the machine is slow, slow where it is fast (a fresh run under 2x the
+    # deadline, Python 3.13 here): found either way, by a long reference alone.
+    assert entry["status"] in ("hang", "slow"), entry["status"]
+    flagged = [case for case in entry["cases"] if case["status"] != "ok"]
+    assert flagged, entry["cases"]
+    for case in flagged:
+        assert case["id"].endswith(("-long-reference", "-long-pair")), case["id"]
+        assert len(case["ground_truth"]) == _cases.TRUTH_CHARS
     # Every case with a short ground truth finished: the 4 KiB responses alone cost nothing.
     short = [c for c in entry["cases"] if c["ground_truth"] and len(c["ground_truth"]) < 100]
     assert short
     assert all(case["status"] == "ok" for case in short)
-    result.stdout.fnmatch_lines(["HANG case repetition-*-long-* (*a reference of 4096 char*"])
+    result.stdout.fnmatch_lines(["* case repetition-*-long-* (*a reference of 4096 char*"])
 
 
 def test_long_references_are_as_long_as_promised_and_the_pair_is_a_near_match() -> None:
