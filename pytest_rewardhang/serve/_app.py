@@ -68,12 +68,13 @@ class Scoring(Protocol):
 class GuardedScoring:
     """Each sample on one warm guarded :class:`Pool`: a hang costs its budget and a worker."""
 
-    def __init__(self, pool: Pool, default: float = 0.0) -> None:
+    def __init__(self, pool: Pool, default: float = 0.0, keys: Sequence[str] = ()) -> None:
         checked("default", default, "a finite number")  # sent to trainers as a score
         self.pool = pool
         self.default = default
-        #: The components of the scorer's first dict answer: a default has them too (0.0).
-        self.keys: tuple[str, ...] = ()
+        #: The components of a dict scorer's answers, declared (``--components``) or those of
+        #: its first dict answer: a default has them too (0.0), before any answer as after.
+        self.keys: tuple[str, ...] = tuple(keys)
 
     @property
     def ready(self) -> bool:

@@ -48,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--default", type=float, default=0.0, help="the score of a defaulted sample (default: 0)"
     )
     parser.add_argument(
+        "--components",
+        type=_components,
+        default=(),
+        help="a dict scorer's components beside its score, comma-separated: a defaulted "
+        "sample has them (0.0) before any answer (default: those of its first dict answer)",
+    )
+    parser.add_argument(
         "--slow-s",
         type=float,
         help="report each sample's scoring time (reward_seconds) and flag it slow "
@@ -87,6 +94,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _components(text: str) -> tuple[str, ...]:
+    """``--components``: names, comma-separated, each once, none ``score``."""
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names) or len(set(names)) != len(names) or "score" in names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: names of a dict scorer's components, comma-separated, each once, "
+            "none of them 'score'"
+        )
+    return names
+
+
 def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -118,7 +136,7 @@ def run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         listener.close()
         parser.error(f"cannot start the pool: {exc}")
     try:
-        app = RewardApp(terms, GuardedScoring(pool, args.default), limits)
+        app = RewardApp(terms, GuardedScoring(pool, args.default, args.components), limits)
         config = uvicorn.Config(
             app,
             http=bounded_protocol(connection_limit(args.workers), limits.read_timeout_s),

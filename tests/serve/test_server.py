@@ -521,6 +521,7 @@ def test_health_ready_and_a_graceful_shutdown_that_answers_the_request_in_flight
         ("--max-body-mb", "1.7e308", "--max-body-mb must be from 2**-20 (a byte) to 2**30"),
         ("--port", "70000", "--port must be from 0 to 65535, not 70000"),
         ("--slow-s", "-1", "--slow-s must be a positive number of seconds, not -1.0"),
+        ("--components", "acc,,acc", "argument --components: 'acc,,acc': names of a dict scorer"),
         ("--read-timeout", "200", "--read-timeout must be below --request-timeout"),
     ],
 )

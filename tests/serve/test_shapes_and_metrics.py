@@ -50,6 +50,14 @@ def test_openrlhf_gets_a_dict_scorers_components_lined_up_with_a_hang_before_any
     assert hung["extra_logs"] == {"acc": [0.0], "reward_hang": [1.0]}
 
 
+def test_declared_components_are_in_a_default_before_any_answer(dict_pool: Pool) -> None:
+    # Every sample of the first request hangs: nothing was learnt, the declared keys hold.
+    app = RewardApp(contract("openrlhf"), GuardedScoring(dict_pool, -1.0, ("acc",)))
+    hung = post(app, "/get_reward", {"query": [HANG, HANG], "labels": ["1", "2"]})
+    assert hung["rewards"] == [-1.0, -1.0]
+    assert hung["extra_logs"] == {"acc": [0.0, 0.0], "reward_hang": [1.0, 1.0]}
+
+
 def test_gym_gets_reward_components_and_top_level_metrics(dict_pool: Pool) -> None:
     app = RewardApp(contract("gym", slow_s=0.2), GuardedScoring(dict_pool, 0.0))
     assert call(app, "GET", "/reverify_mode") == (200, "stateless")
