@@ -54,6 +54,25 @@ def left_name() -> Iterator[str]:
                 os.unlink(os.path.join(folder, name))
 
 
+def in_a_fresh_caller(call: str, containment: str, timeout: float = 120) -> Any:
+    """What ``call`` (of ``_box_attack_items``, as Python source) came to, made in a fresh
+    caller whose containment is ``containment``: a process chooses it once, at its first
+    guarded call."""
+    env = {**os.environ, "PYTEST_REWARDHANG_CGROUP": "0" if containment == "subreaper" else "1"}
+    code = f"import json; from tests.guard._box_attack_items import *; print(json.dumps({call}))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 # --- the shared folders: what a call leaves there outlives it and reaches later items ---------
 
 
@@ -88,22 +107,7 @@ def test_a_uid_is_not_handed_out_again_while_a_leftover_holds_it(containment: st
     cgroups the leftover is gone with its call; without, it outlives it (known), and its uid
     is passed over while it runs. In a fresh caller, so that its containment is the one asked
     for (a process chooses it once)."""
-    env = {**os.environ, "PYTEST_REWARDHANG_CGROUP": "0" if containment == "subreaper" else "1"}
-    code = (
-        "import json, sys; from tests.guard._box_attack_items import uid_reuse; "
-        "print(json.dumps(uid_reuse()))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=200,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    came = json.loads(done.stdout.splitlines()[-1])
+    came = in_a_fresh_caller("uid_reuse()", containment, timeout=200)
     assert came["containment"] == ("subreaper" if containment == "subreaper" else "cgroup")
     assert came["victim"] == "ok", "a leftover of an earlier call found a later one by its uid"
     if containment == "cgroups":
@@ -194,22 +198,7 @@ def test_a_sibling_started_with_clone_parent_is_not_left_to_the_caller(
     found by it, one in a group by its group."""
     if unprivileged and os.geteuid() != 0:
         pytest.skip("unprivileged=True needs a root caller")
-    env = {**os.environ, "PYTEST_REWARDHANG_CGROUP": "0" if containment == "subreaper" else "1"}
-    code = (
-        "import json, sys; from tests.guard._box_attack_items import clone_parent_scenario; "
-        "print(json.dumps(clone_parent_scenario(sys.argv[1] == '1', float(sys.argv[2]))))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, "1" if unprivileged else "0", str(seconds)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    came = json.loads(done.stdout.splitlines()[-1])
+    came = in_a_fresh_caller(f"clone_parent_scenario({unprivileged}, {seconds})", containment)
     assert came["containment"] == ("subreaper" if containment == "subreaper" else "cgroup")
     assert came["status"] == "ok", came
     assert came["left"] == {}, f"the call left the caller a child: {came['left']}"
