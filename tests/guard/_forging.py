@@ -60,6 +60,16 @@ def writes_its_fence() -> str:
     return "fenced"
 
 
+#: Answers that build past a decoding bound: :func:`crafted`'s kind, its count, and the bound
+#: the error names. 200,000 empty sets are 200 KB of pickle and 45 MB built; a memo index of
+#: 2^32 had the unpickler allocate its memo up to it.
+PAST_A_BOUND = [
+    ("sets", 200_000, "BUILT_LIMIT"),
+    ("nones", 300_000, "OBJECTS_LIMIT"),
+    ("memo", (1 << 32) - 16, "memo entry"),
+]
+
+
 def crafted(kind: str, count: int, fields: int = 4) -> bytes:
     """A pickled answer of plain data, ``(ok, value, None, None)`` (and a 0 for ``fields`` 5),
     written opcode by opcode: its value a list of ``count`` empty sets (``sets``: about 220

@@ -45,6 +45,7 @@ from tests.guard._attacks import (
 )
 from tests.guard._bounds import BUDGET
 from tests.guard._forging import (
+    PAST_A_BOUND,
     answers_with,
     forges,
     swaps_its_task_pipe,
@@ -893,14 +894,7 @@ def test_an_item_that_writes_its_workers_fence_charges_no_later_item(isolate: bo
 # --- decoding bounded by construction ---------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("kind", "count", "bound"),
-    [
-        ("sets", 200_000, "BUILT_LIMIT"),
-        ("nones", 300_000, "OBJECTS_LIMIT"),
-        ("memo", (1 << 32) - 16, "memo entry"),
-    ],
-)
+@pytest.mark.parametrize(("kind", "count", "bound"), PAST_A_BOUND)
 @pytest.mark.usefixtures("no_leaks")
 def test_an_answer_that_builds_past_a_bound_is_an_error_naming_it(
     kind: str, count: int, bound: str

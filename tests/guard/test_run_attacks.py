@@ -30,7 +30,7 @@ from tests._procs import python_c
 from tests.conftest import kill_everything_below, pipes, sigint_storm, state
 from tests.guard._attacks import nested_status_frame
 from tests.guard._bounds import BUDGET, GENEROUS
-from tests.guard._forging import crafted
+from tests.guard._forging import PAST_A_BOUND, crafted
 
 #: Where the package under test is imported from, for the subprocesses.
 ROOT = str(Path(pytest_rewardhang.__file__).resolve().parents[1])
@@ -843,14 +843,7 @@ def test_a_result_past_the_bound_is_an_error_that_says_so() -> None:
     assert small.value == b"\0\0\0"
 
 
-@pytest.mark.parametrize(
-    ("kind", "count", "bound"),
-    [
-        ("sets", 200_000, "BUILT_LIMIT"),
-        ("nones", 300_000, "OBJECTS_LIMIT"),
-        ("memo", (1 << 32) - 16, "memo entry"),
-    ],
-)
+@pytest.mark.parametrize(("kind", "count", "bound"), PAST_A_BOUND)
 @pytest.mark.usefixtures("no_leaks")
 def test_an_answer_that_builds_past_a_bound_is_an_error_naming_it(
     kind: str, count: int, bound: str
