@@ -777,7 +777,7 @@ def _regression(where: Path) -> Ran:
     # Slower on every "the ": "the the the ..." (repetition-words) is the worst case by 11x, so
     # no noise can make another case the worst, as a count of spaces (1.3x) could under load.
     slower = "def compute_score(solution_str, ground_truth):\n"
-    slower += "    return float(sum(range(solution_str.count('the ') * 200)) < 0)\n"
+    slower += "    return float(sum(range(solution_str.count('the ') * 1000)) < 0)\n"
     (where / "rewards.py").write_text(slower)
     return pytest_in(
         where,

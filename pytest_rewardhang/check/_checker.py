@@ -70,9 +70,13 @@ class CaseResult:
     #: What the failure line adds: why a context-only failure matters and what to do; on a
     #: formula's largest size run ahead, which cases it spared (``ScorerCheck._after_slow``).
     note: str = ""
-    #: A memory or crash outcome in the long-lived worker that a fresh worker did not confirm:
-    #: the call alone stayed within its limits, and ``outcome`` is the fresh one.
+    #: A memory or crash outcome in the long-lived worker that a fresh worker did not confirm
+    #: (the call alone stayed within its limits, and ``outcome`` is the fresh one), or a
+    #: timeout its replay did not (``outcome`` is the replay's: ``ScorerCheck._replay``).
     unconfirmed: Outcome | None = None
+    #: A timeout only the long-lived worker had, and again when the calls that worker answered
+    #: before it ran again first in a new one (``ScorerCheck._replay``).
+    replayed: bool = False
     #: Why a timeout is a hang, one phrase (see ``ScorerCheck._confirm``); "" for a case that is
     #: only slow, or that timed out only in the long-lived worker.
     confirmed: str = ""
@@ -421,6 +425,8 @@ class ScorerCheck:
         status = result.outcome.status
         if status is Status.TIMEOUT:
             self._confirm(result)
+            if result.slow and result.took < self.deadline:
+                self._replay(result)
         elif status in _CONFIRMED:
             result.fresh = self.workers.fresh(kwargs, context)
             if result.fresh.status is Status.OK:
@@ -438,6 +444,22 @@ class ScorerCheck:
         result.fresh, result.confirmed = self.workers.confirm(
             result.kwargs, result.context, self.hang_bound, expected=self._expected
         )
+
+    def _replay(self, result: CaseResult) -> None:
+        """A timeout a fresh worker did not repeat (it finished under the deadline): earlier
+        calls slowed the long-lived worker, or a busy machine starved it. Replayed after the
+        calls that worker answered before it (``Workers.replay``): a timeout again is the earlier
+        calls' doing (``replayed``); an answer in time stands for the case, and the first
+        timeout was the machine's (``unconfirmed``). Where the replay's earlier calls do not all
+        answer again, the case stays slow, as it was.
+        """
+        again = self.workers.replay(result.context, result.kwargs)
+        if again is None:
+            return
+        if again.status is Status.OK and again.wall_s < self.deadline:
+            result.unconfirmed, result.outcome = result.outcome, again
+        else:
+            result.replayed = True
 
     def _harvest(self, example: dict[str, Any]) -> list[Case]:
         """Cases from the scorer's own vocabulary, collected once in a throwaway child."""

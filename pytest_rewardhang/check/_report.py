@@ -299,6 +299,12 @@ def _not_a_hang(result: CaseResult, check: ScorerCheck) -> str:
             f"{check.settings.confirm:g}x the deadline (raise the deadline above that, or make "
             "the scorer faster)"
         )
+    if fresh.status is Status.OK and result.replayed:
+        return (
+            f"only in a long-lived worker: a fresh worker finished it in {fresh.wall_s:.2f} s, "
+            "and it timed out again in a new one after the calls that ran before it there "
+            "(earlier calls slow it)"
+        )
     if fresh.status is Status.OK:
         return (
             f"only in a long-lived worker: a fresh worker finished it in {fresh.wall_s:.2f} s "
@@ -418,6 +424,7 @@ def item_record(
                 "left": r.processes_left + [f"thread {name}" for name in r.threads_left],
                 "fresh_status": str(r.fresh.status) if r.fresh else None,
                 "fresh_wall_s": round(r.fresh.wall_s, 4) if r.fresh else None,
+                "first_status": str(r.unconfirmed.status) if r.unconfirmed else None,
                 "hang": r.hangs,
                 "confirmed": r.confirmed or None,
                 "context": r.context,

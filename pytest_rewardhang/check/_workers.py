@@ -24,6 +24,8 @@ from . import _calls
 
 #: Outcomes whose worker is gone: killed at the deadline, or dead of the call.
 ENDS_ITS_WORKER = (Status.TIMEOUT, Status.CRASHED)
+#: The most calls a replay runs before the one it is for: each family's cases, and more.
+REPLAYED = 256
 
 
 class Workers:
@@ -47,6 +49,10 @@ class Workers:
         self._starting: dict[str, Future[Pool]] = {}
         #: Whether the last call in each context's pool ended its worker (see ``fresh``).
         self._ended: dict[str, bool] = {}
+        #: Per context, the calls its warm worker answered since it started, and what its
+        #: last worker to end had answered before the call that ended it (see ``replay``).
+        self._history: dict[str, list[dict[str, Any]]] = {}
+        self._lived: dict[str, list[dict[str, Any]]] = {}
         #: Per context and budget, the pool of fresh calls (see ``_confirming``).
         self._confirmers: dict[tuple[str, float], Pool | None] = {}
 
@@ -69,9 +75,20 @@ class Workers:
 
     def call(self, context: str, kwargs: dict[str, Any]) -> Outcome:
         """One call in the context's warm worker, remembering whether it ended that worker."""
-        out = settled(self._worker(context).map([kwargs])[0])
-        self._ended[context] = out.status in ENDS_ITS_WORKER
-        return out
+        return self._in_warm(context, [kwargs])
+
+    def replay(self, context: str, kwargs: dict[str, Any]) -> Outcome | None:
+        """A call that ended the context's warm worker, again in a new long-lived worker after
+        the calls that worker had answered before it (its last :data:`REPLAYED` of them): the
+        call's outcome, or None when one of those did not answer again (a machine busy still).
+
+        Whether earlier calls slowed the worker, or a busy machine did: only the same calls in
+        the same order say. A new pool, so that nothing else ran in its worker first.
+        """
+        lived = self._lived.get(context, [])[-REPLAYED:]
+        with self._new_pool(context) as pool:
+            outs = pool.map([*lived, kwargs])
+        return settled(outs[-1]) if all(out.ok for out in outs[:-1]) else None
 
     def fresh(self, kwargs: dict[str, Any], context: str, budget: float | None = None) -> Outcome:
         """The call again in a process that has run nothing since the scorer was imported but
@@ -87,9 +104,7 @@ class Workers:
         """
         warm = [self.example] if self.example is not None and not self.code else []
         if budget is None and self._ended.get(context):
-            out = settled(self._worker(context).map([*warm, kwargs])[-1])
-            self._ended[context] = out.status in ENDS_ITS_WORKER
-            return out
+            return self._in_warm(context, [*warm, kwargs])
         budget = budget or self.deadline
         confirming = self._confirming(context, budget)
         if confirming is not None:
@@ -125,6 +140,19 @@ class Workers:
         self._pools, self._confirmers = {}, {}
         for pool in pools:
             pool.close()
+
+    def _in_warm(self, context: str, calls: list[dict[str, Any]]) -> Outcome:
+        """``calls`` in the context's warm worker, one after another: the last one's outcome."""
+        out = settled(self._worker(context).map(calls)[-1])
+        history = self._history.setdefault(context, [])
+        self._ended[context] = out.status in ENDS_ITS_WORKER
+        if self._ended[context]:
+            self._lived[context] = history + calls[:-1]
+            history.clear()
+        else:
+            history.extend(calls)
+            del history[:-REPLAYED]
+        return out
 
     def _worker(self, context: str) -> Pool:
         if context not in self._pools:

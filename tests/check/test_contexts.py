@@ -552,12 +552,13 @@ def compute_score(solution_str, ground_truth):
 """
 
 
-@pytest.mark.slow  # a check run whose stalled case is confirmed in a fresh worker: the slow tier
+@pytest.mark.slow  # a check run whose stalled case is confirmed and replayed: the slow tier
 def test_a_fresh_worker_is_warmed_by_the_example_before_it_confirms_a_hang(
     pytester: pytest.Pytester,
 ) -> None:
     # Cold, the fresh worker took 1.2 s + 1.0 s past the 2 s deadline, and "confirmed" a case
-    # that takes a second as a hang of its own.
+    # that takes a second as a hang of its own. Warm, it finishes it in time; the replay in a
+    # new long-lived worker does too: the stall was the machine's, and the case passes.
     pytester.makepyfile(first_call=FIRST_CALL_WORK.format(mark=str(pytester.path / "stalled")))
     pytester.makeini("[pytest]\n")
     result = run_check(
@@ -565,6 +566,53 @@ def test_a_fresh_worker_is_warmed_by_the_example_before_it_confirms_a_hang(
         "--reward-hang-scorer=first_call.py:compute_score deadline=2 contexts=main",
         "--reward-hang-family=digits-line",
     )
-    out = result.stdout.str()
-    assert "hangs: " not in out, out
-    result.stdout.fnmatch_lines(["  only in a long-lived worker: a fresh worker finished it in *"])
+    assert result.ret == 0, result.stdout.str()
+    stalled = [case for case in cases(pytester) if case["first_status"] is not None]
+    assert [(c["first_status"], c["fresh_status"], c["status"]) for c in stalled] == [
+        ("timeout", "ok", "ok")
+    ]
+
+
+#: A scorer that earlier calls slow down: once a process has scored one long response, every
+#: later long response it is given takes 30 s (a cache that grows, a leak).
+WORN_BY_EARLIER_CALLS = """\
+import time
+
+_seen_long = False
+
+
+def compute_score(solution_str, ground_truth):
+    global _seen_long
+    if len(solution_str) > 1000:
+        if _seen_long:
+            time.sleep(30)
+        _seen_long = True
+    return 0.0
+"""
+
+
+@pytest.mark.slow  # a check run whose slow cases are confirmed and replayed: the slow tier
+def test_a_timeout_the_replay_of_earlier_calls_repeats_is_slow(pytester: pytest.Pytester) -> None:
+    # A fresh worker finishes each such case at once (its one long response); replayed after
+    # the cases that ran before it, in a new long-lived worker, it times out again.
+    pytester.makepyfile(worn=WORN_BY_EARLIER_CALLS)
+    pytester.makeini("[pytest]\n")
+    result = run_check(
+        pytester,
+        "--reward-hang-scorer=worn.py:compute_score deadline=1 contexts=main",
+        "--reward-hang-family=digits-line",
+        "--reward-hang-max-chars=2048",
+    )
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "SLOW case digits-line-*, deadline 1 s",
+            "  called on the main thread (context main)",
+            "  *",
+            "  only in a long-lived worker: a fresh worker finished it in *, and it timed out "
+            "again in a new one after the calls that ran before it there (earlier calls slow it)",
+        ]
+    )
+    slow = [case for case in cases(pytester) if case["status"] == "timeout"]
+    assert slow
+    assert all(c["fresh_status"] == "ok" and not c["hang"] for c in slow)
