@@ -326,8 +326,11 @@ class Answers:
         self.ledger.finish(index, outcome)
 
     def _forged(self, worker: Worker, why: str) -> None:
-        """What ``worker`` sent cannot be an answer: nothing more from it is believed; it is
-        killed, and the item it runs is charged (see ``Worker.lost``)."""
+        """What ``worker`` sent cannot be an answer: nothing more from it is believed, and it is
+        killed. Which of its items wrote it no byte says (an earlier item's answer written for
+        itself, or a thread it left, reaches the pipe while the next one runs): the item it
+        runs is run again alone, and charged (see ``Worker.lost``) only if it does it again
+        (see ``died``)."""
         worker.lost = why
         current = worker.current()
         if current is not None and not worker.killed and self.processes.zygote is not None:
@@ -343,13 +346,14 @@ class Answers:
         # started), or its state could not be put back (its answer said so, and what it held
         # went back then). Any other item that exits with that code, exited itself.
         retired = status >= 0 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == RETIRED
-        # Retired with a fence the caller never wrote: an item wrote it, and the one running
-        # now may never have started (or is that item, exiting so): it runs again, alone.
-        forged_fence = retired and worker.fence_forged()
+        # Retired with a fence the caller never wrote, or sent what no answer is: an item did,
+        # and the one running now may never have started (or is that item): it runs again,
+        # alone. So does one its zygote's replacement may have cut short.
+        forged = (retired and worker.fence_forged()) or worker.lost is not None
         if current is not None and self.ledger.remaining:
             index = current[0]
             back.pop(0)
-            if (worker.orphaned is not None or forged_fence) and index not in self.ledger.suspected:
+            if (worker.orphaned is not None or forged) and index not in self.ledger.suspected:
                 self.ledger.suspects.append(index)
                 self.ledger.suspected.add(index)
             elif not worker.never_started(index, retired) and not worker.never_read(worker.sent[0]):

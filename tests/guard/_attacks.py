@@ -154,6 +154,11 @@ def attack(kind: str, arg: str = "", burn_s: float = 0.0) -> Any:
         fields = (0, index, 0, 0.001, 0.0, 0.0, 1e12, 0, False)
         os.write(serve.result_w, result_frame(("ok", 1.0, None, None), None, b"", *fields))
         time.sleep(3600)
+    if kind == "answer-then-return":  # a plausible answer of its own; then the worker's
+        serve, index = serving()
+        fields = (0, index, 0, 0.001, 0.0, 0.0, time.monotonic(), 0, False)
+        os.write(serve.result_w, result_frame(("ok", 1.0, None, None), None, b"", *fields))
+        return "returned"
     if kind == "forge-nested-status":  # an answer whose status recurses past any repr
         serve, index = serving()
         payload = nested_status_frame(100_000, fields=4)

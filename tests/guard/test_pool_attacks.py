@@ -289,6 +289,21 @@ def test_a_forged_answer_ending_in_the_future_freezes_nothing(launch: Launch) ->
 
 
 @pytest.mark.usefixtures("no_leaks")
+def test_an_item_that_answers_for_itself_and_returns_charges_no_later_item(
+    launch: Launch,
+) -> None:
+    # Its worker then answered it too: the second answer for it came while the next item ran,
+    # and that item was charged with a crash it never caused. Which item wrote it no byte
+    # says: the next one runs again, alone, and gets its own answer.
+    with launch.pool(attack, workers=1, budget=30.0) as pool:
+        items = [("answer-then-return",), ("fork-and-return",)] * 3
+        outs = pool.map(items)
+        assert not pool.closed
+    assert [o.value for o in outs[1::2]] == ["forked"] * 3, [o.describe() for o in outs]
+    assert all(o.value in (1.0, "returned") for o in outs[::2]), [o.describe() for o in outs]
+
+
+@pytest.mark.usefixtures("no_leaks")
 def test_a_forged_status_nested_past_any_repr_is_an_error_of_its_own(launch: Launch) -> None:
     # The error named the forged status by its repr, which raised RecursionError in the
     # pool's own loop.
