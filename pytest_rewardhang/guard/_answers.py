@@ -2,7 +2,7 @@
 
 :class:`Answers` reads each worker's result pipe (and a long item's output, as it comes) and
 accounts for its death; the functions make an :class:`Outcome` of an answer or a death. Runs
-in the caller, on the loop's thread, except for large answers (see :class:`Decoder`).
+in the caller, on the loop's thread, except for decoding answers (see :class:`Decoder`).
 """
 
 from __future__ import annotations
@@ -49,9 +49,8 @@ from ._wire import (
 
 _OK = Status.OK
 _FORK = Mechanism.FORK
-#: An answer's pickle over this many bytes is decoded beside the loop, not in it (see
-#: Decoder): checking the 4 KiB decoded in the loop costs it a few ms at worst.
-_ASIDE_OVER = 4 * 1024
+#: How long the decoding thread waits for the next answer before it ends (see Decoder).
+_DECODER_IDLE_S = 0.2
 
 
 def answer_outcome(
@@ -84,53 +83,66 @@ def answer_outcome(
 
 
 class Decoder:
-    """One thread per pool that decodes its large answers of plain data, in the order they
-    came, and hands each outcome in.
+    """One thread per pool that decodes its answers, in the order they came, and hands each
+    outcome in: every answer but a bare number in its frame's header (a fast scorer's usual
+    float), which the loop takes as it is.
 
     Plain data is checked opcode by opcode before it is built (see _decode's bounds): on the
-    loop's thread, a 15 MB list put the other items' deadlines 6 s off; on a thread per answer,
-    a hundred of them left the loop one GIL turn in a hundred. One thread leaves it every other
-    turn; each answer is checked within DECODE_TIME_S of CPU or is an ERROR.
+    loop's thread, a 15 MB list put the other items' deadlines 6 s off, and even a 4 KiB one
+    a few ms; on a thread per answer, a hundred of them left the loop one GIL turn in a
+    hundred. One thread leaves it every other turn; each answer is checked within
+    DECODE_TIME_S of CPU or is an ERROR. (``objects=True`` trusts the call: no bound, but
+    beside the loop too.)
     """
 
     def __init__(self, hand_in: weakref.WeakMethod[Callable[[Decoded], None]]) -> None:
         #: Weak, as the thread outlives a pool that was not closed until it is told to end.
         self.hand_in = hand_in
         self.jobs: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
-        self.thread: threading.Thread | None = None
+        #: Whether the thread runs; under ``lock``, so that a job put as it ends is not left.
+        self.running = False
+        self.lock = threading.Lock()
 
     def put(self, *job: Any) -> None:
-        """Decode ``(index, fields, data, drained, budget, confined)`` in turn."""
-        if self.thread is None:
-            self.thread = threading.Thread(
-                target=_decoding, args=(self.jobs, self.hand_in), name="rewardhang-decode"
-            )
-            self.thread.daemon = True
-            self.thread.start()
-        self.jobs.put(job)
+        """Decode ``(index, fields, data, drained, budget, objects, confined)`` in turn."""
+        with self.lock:
+            self.jobs.put(job)
+            if not self.running:
+                self.running = True
+                thread = threading.Thread(target=self._decoding, name="rewardhang-decode")
+                thread.daemon = True
+                thread.start()
 
     def close(self) -> None:
         """Let the thread end once what it holds is decoded (for nobody, if the pool closed)."""
-        if self.thread is not None:
-            self.jobs.put(None)
-            self.thread = None
+        with self.lock:
+            if self.running:
+                self.jobs.put(None)
 
-
-def _decoding(
-    jobs: queue.SimpleQueue[tuple[Any, ...] | None],
-    hand_in: weakref.WeakMethod[Callable[[Decoded], None]],
-) -> None:
-    while (job := jobs.get()) is not None:
-        index, fields, data, drained, budget, confined = job
-        try:
-            outcome = answer_outcome(fields, data, 0, drained, budget, False, confined)
-        except BaseException as exc:  # noqa: BLE001 - never a silent loss of the item
-            error = f"{said(exc)} in decoding the answer"
-            outcome = Outcome(Status.ERROR, error=error, budget=budget)
-        method = hand_in()
-        if method is not None:
-            method(Decoded(index, outcome))
-        del job, data, outcome, method
+    def _decoding(self) -> None:
+        # It ends once idle for _DECODER_IDLE_S: a caller's process with a live thread of
+        # ours is told at each fork that forking a threaded process may deadlock its child.
+        while True:
+            try:
+                job = self.jobs.get(timeout=_DECODER_IDLE_S)
+            except queue.Empty:
+                job = None
+            if job is None:
+                with self.lock:
+                    if self.jobs.empty():
+                        self.running = False
+                        return
+                continue
+            index, fields, data, drained, budget, objects, confined = job
+            try:
+                outcome = answer_outcome(fields, data, 0, drained, budget, objects, confined)
+            except BaseException as exc:  # noqa: BLE001 - never a silent loss of the item
+                error = f"{said(exc)} in decoding the answer"
+                outcome = Outcome(Status.ERROR, error=error, budget=budget)
+            method = self.hand_in()
+            if method is not None:
+                method(Decoded(index, outcome))
+            del job, data, outcome, method
 
 
 def death_outcome(
@@ -316,14 +328,9 @@ class Answers:
             return
         if wall != fields.wall:
             fields = fields._replace(wall=wall)
-        if size > _ASIDE_OVER and not self.objects:
-            data = bytes(buffer[at : at + fields.output_size + size])
-            self.decoder.put(index, fields, data, drained, self.budget, worker.confined)
-            return
-        outcome = answer_outcome(
-            fields, buffer, at, drained, self.budget, self.objects, worker.confined
-        )
-        self.ledger.finish(index, outcome)
+        # Anything more is decoded beside the loop, never in it: see Decoder.
+        data = bytes(buffer[at : at + fields.output_size + size])
+        self.decoder.put(index, fields, data, drained, self.budget, self.objects, worker.confined)
 
     def _forged(self, worker: Worker, why: str) -> None:
         """What ``worker`` sent cannot be an answer: nothing more from it is believed, and it is

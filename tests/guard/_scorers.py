@@ -157,3 +157,18 @@ def chdir_by(how: str, path: str) -> str:
     elif how == "python":
         os.chdir(path)
     return os.getcwd()
+
+
+def decoded_on() -> str:
+    """Run where the caller builds the answer: the name of the thread it builds it on."""
+    return threading.current_thread().name
+
+
+class SaysWhereItIsDecoded:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (decoded_on, ())
+
+
+def where_decoded(kind: str) -> Any:
+    """An object that says which of the caller's threads built it (with ``objects=True``)."""
+    return SaysWhereItIsDecoded()

@@ -18,7 +18,7 @@ import pytest
 
 from pytest_rewardhang.guard import NotStarted, Outcome, Pool, Status
 from tests.conftest import assert_dead, children, state
-from tests.guard._bounds import BUDGET, SLACK
+from tests.guard._bounds import BUDGET, GENEROUS, SLACK
 from tests.guard._scorers import (
     a_float,
     allocate,
@@ -708,6 +708,11 @@ def test_callers_signal_handlers_and_threads_are_left_alone(tmp_path: Path, laun
     threads = threading.active_count()
     with launch.pool(score, workers=2, budget=BUDGET) as pool:
         outs = pool.map([(str(tmp_path / "log"), "a"), (str(tmp_path / "log"), "b", "hang")])
+        # The one thread a pool starts, to decode answers beside its loop, ends once idle (a
+        # live one has every fork of the caller's warned of deadlocks).
+        until = time.monotonic() + GENEROUS
+        while threading.active_count() != threads and time.monotonic() < until:
+            time.sleep(0.01)
         assert threading.active_count() == threads
     assert [o.status for o in outs] == [Status.OK, Status.TIMEOUT]
     assert {s: signal.getsignal(s) for s in watched} == handlers

@@ -43,7 +43,7 @@ from tests.guard._attacks import (
     returns_a_finalized_value,
     swaps_its_workers_descriptor,
 )
-from tests.guard._bounds import BUDGET
+from tests.guard._bounds import BUDGET, GENEROUS
 from tests.guard._forging import (
     PAST_A_BOUND,
     answers_with,
@@ -51,6 +51,7 @@ from tests.guard._forging import (
     swaps_its_task_pipe,
     writes_its_fence,
 )
+from tests.guard._scorers import where_decoded
 from tests.guard.conftest import Launch
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -365,6 +366,16 @@ def test_a_large_answer_puts_off_no_deadline_of_the_others(launch: Launch) -> No
         killed_after = time.monotonic() - start
         assert len(big.result().value) == 200_000
     assert killed_after < 1.0 + 3.0  # a bound a busy machine keeps; 7 s and more before
+
+
+def test_no_answer_is_decoded_on_the_thread_that_keeps_the_deadlines() -> None:
+    # Answers up to 4 KiB were decoded in the pool's loop (a few ms each at worst, all of them
+    # before the next deadline was looked at), and with objects=True every answer. Every
+    # answer but a bare number takes one path: an object that runs code as it is built says
+    # where that is.
+    with Pool(where_decoded, workers=1, budget=GENEROUS, objects=True) as pool:
+        outs = pool.map([("object",)] * 3)
+    assert [o.value for o in outs] == ["rewardhang-decode"] * 3, [o.describe() for o in outs]
 
 
 @pytest.mark.usefixtures("no_leaks")
