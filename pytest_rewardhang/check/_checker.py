@@ -337,7 +337,8 @@ class ScorerCheck:
         response = _calls.response_text(info, example)
         truth = _calls.truth_text(info, example)
         frames = _frames.frames(response, truth, self._markers, self._fields)
-        return plan(cases, frames, takes_truth=_calls.takes_truth(info, example))
+        first = family == self.cases[0].family  # the run's first response family
+        return plan(cases, frames, takes_truth=_calls.takes_truth(info, example), first=first)
 
     @property
     def takes_truth(self) -> bool:
@@ -693,15 +694,19 @@ def _scored(out: Outcome) -> float | None:
     return score if isinstance(score, float) else None
 
 
-def plan(ladder: list[Case], frames: list[_frames.Frame], *, takes_truth: bool) -> list[Case]:
+def plan(
+    ladder: list[Case], frames: list[_frames.Frame], *, takes_truth: bool, first: bool = True
+) -> list[Case]:
     """A response family's cases in the order they run, for a math or text scorer: its ladder;
     then, where the scorer takes a ground truth, one of its responses under each shape of
-    ground truth and against long references; then that response as the answer inside each
-    frame (``_frames``), under each shape of ground truth again. ``case_count`` counts the same
-    plan, so an item's outer timeout follows what it runs."""
+    ground truth and against a long reference (alone too in the ``first`` response family the
+    run checks: what a reference alone costs is the same for every family); then that response
+    as the answer inside each frame (``_frames``), under each shape of ground truth again.
+    ``case_count`` counts the same plan, so an item's outer timeout follows what it runs."""
     cases = list(ladder)
     if takes_truth:
-        cases += _cases.truth_variants(ladder) + _cases.long_reference_variants(ladder)
+        cases += _cases.truth_variants(ladder)
+        cases += _cases.long_reference_variants(ladder, reference_alone=first)
     return cases + _frames.framed_variants(ladder, frames, with_truths=takes_truth)
 
 

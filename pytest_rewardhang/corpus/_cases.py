@@ -170,10 +170,12 @@ def _edited(text: str) -> str:
     return " ".join(w if i % 5 else f"x{w[::-1]}" for i, w in enumerate(words))
 
 
-def long_reference_variants(cases: Sequence[Case]) -> list[Case]:
-    """Two cases a family for a scorer that takes a ground truth: its response (as the
-    ground-truth variants take it) against a reference of :data:`TRUTH_CHARS` characters; and
-    a response and a reference both that long, one the other with every fifth word changed."""
+def long_reference_variants(cases: Sequence[Case], *, reference_alone: bool = True) -> list[Case]:
+    """Cases for a scorer that takes a ground truth: a response and a reference both
+    :data:`TRUTH_CHARS` characters long, one the other with every fifth word changed; and, with
+    ``reference_alone``, before it, the family's response (as the ground-truth variants take
+    it) against a reference that long. What the reference alone costs is the same whatever the
+    response: one family of a run carries that case (``_checker.plan``), not every one."""
     if not cases:
         return []
     within = [c for c in cases if len(c.text) <= TRUTH_CHARS]
@@ -181,25 +183,24 @@ def long_reference_variants(cases: Sequence[Case]) -> list[Case]:
         max(within, key=lambda c: len(c.text)) if within else min(cases, key=lambda c: len(c.text))
     )
     pair = (base.text + " " + long_reference())[:TRUTH_CHARS]
-    return [
-        Case(
-            f"{base.id}-long-reference",
-            base.family,
-            base.text,
-            f"{base.description}; a reference of {TRUTH_CHARS} characters",
-            long_reference(),
-            provenance=base.provenance,
-        ),
-        Case(
-            f"{base.id}-long-pair",
-            base.family,
-            pair,
-            f"{base.description}, lengthened to {TRUTH_CHARS} characters; its reference as "
-            "long, every fifth word changed",
-            _edited(pair),
-            provenance=base.provenance,
-        ),
-    ]
+    alone = Case(
+        f"{base.id}-long-reference",
+        base.family,
+        base.text,
+        f"{base.description}; a reference of {TRUTH_CHARS} characters",
+        long_reference(),
+        provenance=base.provenance,
+    )
+    both = Case(
+        f"{base.id}-long-pair",
+        base.family,
+        pair,
+        f"{base.description}, lengthened to {TRUTH_CHARS} characters; its reference as "
+        "long, every fifth word changed",
+        _edited(pair),
+        provenance=base.provenance,
+    )
+    return [alone, both] if reference_alone else [both]
 
 
 def families(cases: Sequence[Case]) -> list[str]:

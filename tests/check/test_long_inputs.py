@@ -67,3 +67,25 @@ def test_long_references_are_as_long_as_promised_and_the_pair_is_a_near_match() 
     assert len(truth) == len(words)
     changed = sum(a != b for a, b in zip(words, truth, strict=True))
     assert len(words) // 6 <= changed <= len(words) // 4
+
+
+def test_a_reference_alone_is_tried_once_a_run_and_each_family_has_its_long_pair(
+    pytester: pytest.Pytester,
+) -> None:
+    # What a long reference alone costs is the same in every family: paid in each, it was half
+    # a clean math scorer's check.
+    pytester.makepyfile(metric="def score(response, reference):\n    return 0.0\n")
+    pytester.makeini("[pytest]\n")
+    result = pytester.runpytest_subprocess(
+        *fast(deadline=2, max_chars=4096, family="repetition,digits-line"),
+        "--reward-hang-scorer=metric.py:score kind=text",
+        "--reward-hang-contexts=main",
+        "--reward-hang-json=r.json",
+    )
+    assert result.ret == 0, result.stdout.str()
+    ids = [case["id"] for case in reported(pytester)["metric.score"]["cases"]]
+    alone = [i for i in ids if i.endswith("-long-reference")]
+    pairs = [i for i in ids if i.endswith("-long-pair")]
+    assert len(alone) == 1
+    assert alone[0].startswith("repetition-")
+    assert {i.split("-")[0] for i in pairs} == {"repetition", "digits"}
