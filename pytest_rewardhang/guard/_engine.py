@@ -240,7 +240,10 @@ class Engine(Driver):
             return
         for worker in list(self.workers.values()):
             current = worker.current()
-            if current is None or worker.killed:
+            # One its pidfd says has ended is not running at its deadline: its item ended as
+            # it did, which the zygote's word of it tells (a crash seen only after the deadline
+            # on a busy machine was reported a timeout).
+            if current is None or worker.killed or worker.gone_at is not None:
                 continue
             index, start = current
             if self.ledger.futures and self.ledger.cancelled(index):

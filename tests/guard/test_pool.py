@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,6 +89,30 @@ def test_every_item_once_in_order_with_its_own_status(tmp_path: Path, launch: La
             assert out.stuck_at[2] == "score"
     # Scored exactly once each: nothing lost, nothing run twice after a kill or a crash.
     assert sorted(calls(Path(log))) == sorted(f"item{i}" for i in range(len(actions)))
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_crash_the_caller_sees_only_after_the_deadline_is_still_a_crash(
+    tmp_path: Path, launch: Launch
+) -> None:
+    # On a busy machine the caller's loop may not run between an item's death and its
+    # deadline: it saw the death (the worker's pidfd) and the deadline in one turn, killed the
+    # dead worker for its item, and reported the crash a timeout. Here the test's thread holds
+    # the interpreter lock in one long C call (a backtracking regex) from just before the
+    # crash until well past the deadline, so the pool's thread sees both at once.
+    log = tmp_path / "calls"
+    with launch.pool(score, workers=1, budget=BUDGET) as pool:
+        future = pool.submit(str(log), "item0", "crash")
+        until = time.monotonic() + GENEROUS
+        while not calls(log) and time.monotonic() < until:
+            time.sleep(0.001)
+        assert calls(log) == ["item0"]  # it logs, then exits with 3
+        held = time.monotonic()
+        re.match(r"(a+)+$", "a" * 25 + "b")  # the lock, for seconds
+        assert time.monotonic() - held > BUDGET
+        out = future.result(timeout=GENEROUS)
+    assert out.status is Status.CRASHED, out.describe()
+    assert out.exit_code == 3
 
 
 @pytest.mark.usefixtures("no_leaks")
