@@ -20,7 +20,7 @@ from ._contain import containment
 from ._decode import died, item_answer, output_text, stack_text
 from ._driver import said
 from ._fork import out_of_memory
-from ._handle import DEAD, NEXT, Watched, Worker
+from ._handle import DEAD, NEXT, NOT_STARTED, Watched, Worker
 from ._launch import PoolError
 from ._ledger import Decoded, Ledger
 from ._outcome import (
@@ -340,8 +340,11 @@ class Answers:
         (see ``died``)."""
         worker.lost = why
         current = worker.current()
-        if current is not None and not worker.killed and self.processes.zygote is not None:
-            self.processes.kill(worker, current[0], time.monotonic())
+        if not worker.killed and self.processes.zygote is not None:
+            # Between items too: a worker that runs nothing is not believed either, and what it
+            # is handed next would wait for its deadline.
+            index = current[0] if current is not None else NOT_STARTED
+            self.processes.kill(worker, index, time.monotonic())
 
     def died(self, worker: Worker, status: int, cpu: float, rss: float, leaked: int) -> None:
         """Account for a dead worker's items: the running one ends, the rest go back."""

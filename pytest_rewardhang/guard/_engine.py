@@ -22,7 +22,7 @@ from ._handle import DEAD, NOT_STARTED, STARTING, Worker
 from ._interrupts import hold, let_in, release
 from ._launch import START_TIMEOUT_S, PoolError, Zygote
 from ._ledger import Batch
-from ._processes import Processes
+from ._processes import BUSY_ACK_S, Processes
 from ._schedule import Schedule
 from ._wire import DUMP_SIGNAL, Warmup, dump_lead, task_header
 
@@ -240,12 +240,15 @@ class Engine(Driver):
             return
         for worker in list(self.workers.values()):
             current = worker.current()
-            # One its pidfd says has ended is not running at its deadline: its item ended as
-            # it did, which the zygote's word of it tells (a crash seen only after the deadline
-            # on a busy machine was reported a timeout).
-            if current is None or worker.killed or worker.gone_at is not None:
+            if current is None or worker.killed:
                 continue
             index, start = current
+            # One its pidfd says has ended is not running at its deadline: its item ended as
+            # it did, which the zygote's word of it tells (a crash seen only after the deadline
+            # on a busy machine was reported a timeout). A zygote busy for longer than it may
+            # be (see Processes.check) has it killed for its item, as before.
+            if worker.gone_at is not None and now < start + self.budget + BUSY_ACK_S:
+                continue
             if self.ledger.futures and self.ledger.cancelled(index):
                 # Nobody waits for it, and a hang would hold the worker to its deadline
                 # (submitted items go out in batches, long before they start): its deadline

@@ -38,9 +38,9 @@ from ._wire import (
 #: a worker: past these the caller takes it for stuck, kills it and everything below it itself,
 #: and starts another. A late acknowledgement is judged every ``_ACK_S``: a zygote stopped (an
 #: item sent it SIGSTOP) is replaced at once; one merely slow to be scheduled, on a busy
-#: machine, gets up to ``_BUSY_ACK_S``, so that load alone never costs innocent items.
+#: machine, gets up to ``BUSY_ACK_S``, so that load alone never costs innocent items.
 _ACK_S = 0.05
-_BUSY_ACK_S = 1.0
+BUSY_ACK_S = 1.0
 _FORK_S = 10.0
 #: How long a killed worker may take to be reported reaped before its item is accounted for
 #: anyway (a process in uninterruptible sleep may take indefinitely).
@@ -191,10 +191,10 @@ class Processes:
         if worker.phase is STARTING:
             return worker.requested + _FORK_S
         owed = worker.owed_since()
-        if owed is not None:  # the next look: every _ACK_S (for a kill, until _BUSY_ACK_S)
+        if owed is not None:  # the next look: every _ACK_S (for a kill, until BUSY_ACK_S)
             looks = math.floor((time.monotonic() - owed) / _ACK_S) + 1
             if worker.killed:
-                looks = min(looks, round(_BUSY_ACK_S / _ACK_S))
+                looks = min(looks, round(BUSY_ACK_S / _ACK_S))
             return owed + looks * _ACK_S
         if worker.phase is KILLED:
             return worker.kill_time + _REAPED_S
@@ -213,7 +213,7 @@ class Processes:
                 waited = now - owed
                 # A worker's end is reported after its orphans are reaped, which a busy zygote
                 # may take long over: only a stopped one is replaced for that.
-                busy = worker.killed and waited >= _BUSY_ACK_S
+                busy = worker.killed and waited >= BUSY_ACK_S
                 late = busy or (
                     waited >= _ACK_S and self.zygote is not None and self._zygote_stopped()
                 )
