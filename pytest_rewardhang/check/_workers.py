@@ -80,15 +80,17 @@ class Workers:
     def replay(self, context: str, kwargs: dict[str, Any]) -> Outcome | None:
         """A call that ended the context's warm worker, again in a new long-lived worker after
         the calls that worker had answered before it (its last :data:`REPLAYED` of them): the
-        call's outcome, or None when one of those did not answer again (a machine busy still).
+        call's outcome, or None when one of those ended the new worker instead (a machine busy
+        still: the replay stops there, at one deadline's cost).
 
         Whether earlier calls slowed the worker, or a busy machine did: only the same calls in
         the same order say. A new pool, so that nothing else ran in its worker first.
         """
-        lived = self._lived.get(context, [])[-REPLAYED:]
         with self._new_pool(context) as pool:
-            outs = pool.map([*lived, kwargs])
-        return settled(outs[-1]) if all(out.ok for out in outs[:-1]) else None
+            for call in self._lived.get(context, [])[-REPLAYED:]:
+                if pool.map([call])[0].status in ENDS_ITS_WORKER:
+                    return None
+            return settled(pool.map([kwargs])[0])
 
     def fresh(self, kwargs: dict[str, Any], context: str, budget: float | None = None) -> Outcome:
         """The call again in a process that has run nothing since the scorer was imported but
