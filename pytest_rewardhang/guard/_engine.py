@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import select
 import signal
 import time
 from collections.abc import Callable
@@ -245,10 +246,14 @@ class Engine(Driver):
             index, start = current
             # One its pidfd says has ended is not running at its deadline: its item ended as
             # it did, which the zygote's word of it tells (a crash seen only after the deadline
-            # on a busy machine was reported a timeout). A zygote busy for longer than it may
-            # be (see Processes.check) has it killed for its item, as before.
-            if worker.gone_at is not None and now < start + self.budget + BUSY_ACK_S:
-                continue
+            # on a busy machine was reported a timeout). Asked now: the last poll() may have
+            # returned before the death, the loop's thread then waiting for the interpreter
+            # lock past the deadline. A zygote that has not told of it BUSY_ACK_S after we saw
+            # it (see Processes.check) has it killed for its item, as before.
+            if now >= start + self.budget - self.dump_lead and self._ended(worker):
+                assert worker.gone_at is not None
+                if now < worker.gone_at + BUSY_ACK_S:
+                    continue
             if self.ledger.futures and self.ledger.cancelled(index):
                 # Nobody waits for it, and a hang would hold the worker to its deadline
                 # (submitted items go out in batches, long before they start): its deadline
@@ -281,6 +286,19 @@ class Engine(Driver):
                 self._take_back(worker, keep=1)
         if self._idle():
             self._steal(now)
+
+    def _ended(self, worker: Worker) -> bool:
+        """Whether ``worker``'s pidfd says it has ended; the first time, when (``gone_at``)."""
+        if worker.gone_at is None:
+            if worker.pidfd < 0:
+                return False
+            ready = select.poll()
+            ready.register(worker.pidfd, select.POLLIN)
+            if not ready.poll(0):
+                return False
+            self.watched.unregister(worker.pidfd)
+            worker.gone_at = time.monotonic()
+        return True
 
     def _idle(self) -> bool:
         """Whether a worker has run dry with nothing left to hand it but what others hold."""
@@ -328,8 +346,7 @@ class Engine(Driver):
                 worker.write(self.watched)
             elif kind == "worker":
                 assert worker is not None
-                self.watched.unregister(fd)
-                worker.gone_at = time.monotonic()
+                self._ended(worker)
             elif kind == "zygote" and self.zygote is not None:
                 self.processes.messages(self._died)
             elif kind == "wake":
