@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from pytest_rewardhang.guard._wire import result_frame
 from tests.guard._attacks import serving
 
 #: ``ResultFields`` from ``dropped`` to ``leaving``, in the order the worker packs them.
@@ -99,3 +100,18 @@ def answers_with(kind: str, count: Any) -> Any:
 
     setattr(worker, "result_payload", forged)  # noqa: B010 - the module's own global
     return "replaced"
+
+
+def answers_for_the_next(forger: bool) -> str:
+    """A forger writes a plausible answer of 1.0 for itself and one for the item its worker
+    holds next, then returns; an honest item returns ``honest``."""
+    if not forger:
+        return "honest"
+    serve, index = serving()
+    for which in (index, index + 1):
+        fields = (0, which, 0, 0.001, 0.0, 0.0, time.monotonic(), 0, False)
+        try:
+            os.write(serve.result_w, result_frame(("ok", 1.0, None, None), None, b"", *fields))
+        except OSError:  # not this process's to write (an isolated item's)
+            return "unreachable"
+    return "forged"

@@ -46,6 +46,7 @@ from tests.guard._attacks import (
 from tests.guard._bounds import BUDGET, GENEROUS
 from tests.guard._forging import (
     PAST_A_BOUND,
+    answers_for_the_next,
     answers_with,
     forges,
     swaps_its_task_pipe,
@@ -920,6 +921,29 @@ def test_an_item_that_writes_its_workers_fence_charges_no_later_item(isolate: bo
         outs = pool.map([()] * 8)
     said = "unreachable" if isolate else "fenced"
     assert [o.value for o in outs] == [said] * 8, [o.describe() for o in outs if not o.ok]
+
+
+@pytest.mark.parametrize(
+    "isolate",
+    [
+        pytest.param(
+            False,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="a warm worker's item runs in its worker and holds its result pipe: it "
+                "can write an answer for the item queued behind it, which no byte tells from "
+                "that item's own (its task is in the same process's reach); use isolate=True "
+                "for programs a policy wrote (docs/threat-model.md)",
+            ),
+        ),
+        True,
+    ],
+)
+@pytest.mark.usefixtures("no_leaks")
+def test_an_item_cannot_answer_for_the_item_behind_it(isolate: bool) -> None:
+    with Pool(answers_for_the_next, workers=1, budget=5.0, isolate=isolate) as pool:
+        outs = pool.map([(True,), (False,)] * 3)
+    assert [o.value for o in outs[1::2]] == ["honest"] * 3, [o.describe() for o in outs]
 
 
 # --- decoding bounded by construction ---------------------------------------------------------
