@@ -49,8 +49,12 @@ from ._wire import (
 
 _OK = Status.OK
 _FORK = Mechanism.FORK
-#: How long the decoding thread waits for the next answer before it ends (see Decoder).
+#: How long a decoding thread waits for the next answer before it ends (see Decoder).
 _DECODER_IDLE_S = 0.2
+#: Answers up to this size (output included) are decoded on a thread of their own, so that a
+#: large answer's decoding (up to DECODE_TIME_S) never holds up a small one: at about 1.7 s a
+#: megabyte for the costliest bytes, one of these costs at most about 0.1 s.
+SMALL_ANSWER = 64 << 10
 
 
 def answer_outcome(
@@ -83,14 +87,14 @@ def answer_outcome(
 
 
 class Decoder:
-    """One thread per pool that decodes its answers, in the order they came, and hands each
-    outcome in: every answer but a bare number in its frame's header (a fast scorer's usual
-    float), which the loop takes as it is.
+    """A thread that decodes answers, in the order they came, and hands each outcome in.
 
-    Plain data is checked opcode by opcode before it is built (see _decode's bounds): on the
-    loop's thread, a 15 MB list put the other items' deadlines 6 s off, and even a 4 KiB one
-    a few ms; on a thread per answer, a hundred of them left the loop one GIL turn in a
-    hundred. One thread leaves it every other turn; each answer is checked within
+    A pool has two (see Answers.decoders): every answer but a bare number in its frame's
+    header (a fast scorer's usual float, which the loop takes as it is) goes to the one for
+    its size. Plain data is checked opcode by opcode before it is built (see _decode's
+    bounds): on the loop's thread, a 15 MB list put the other items' deadlines 6 s off, and
+    even a 4 KiB one a few ms; on a thread per answer, a hundred of them left the loop one GIL
+    turn in a hundred. Two leave it one turn in three at worst; each answer is checked within
     DECODE_TIME_S of CPU or is an ERROR. (``objects=True`` trusts the call: no bound, but
     beside the loop too.)
     """
@@ -220,8 +224,18 @@ class Answers:
         self.hand_in = weakref.WeakMethod(hand_in)
         #: Workers that died in a row before they took an item.
         self.fruitless_deaths = 0
-        self.decoder = Decoder(weakref.WeakMethod(self._hand_in))
-        weakref.finalize(self, self.decoder.close)
+        #: Small answers' and large ones': a large answer's decoding holds up no small one.
+        self.decoders = (
+            Decoder(weakref.WeakMethod(self._hand_in)),
+            Decoder(weakref.WeakMethod(self._hand_in)),
+        )
+        for decoder in self.decoders:
+            weakref.finalize(self, decoder.close)
+
+    def close(self) -> None:
+        """Let the decoding threads end once what they hold is decoded."""
+        for decoder in self.decoders:
+            decoder.close()
 
     def _hand_in(self, decoded: Decoded) -> None:
         """From a decoding thread: hand the outcome to the loop, if the pool is still there."""
@@ -330,7 +344,8 @@ class Answers:
             fields = fields._replace(wall=wall)
         # Anything more is decoded beside the loop, never in it: see Decoder.
         data = bytes(buffer[at : at + fields.output_size + size])
-        self.decoder.put(index, fields, data, drained, self.budget, self.objects, worker.confined)
+        decoder = self.decoders[len(data) > SMALL_ANSWER]
+        decoder.put(index, fields, data, drained, self.budget, self.objects, worker.confined)
 
     def _forged(self, worker: Worker, why: str) -> None:
         """What ``worker`` sent cannot be an answer: nothing more from it is believed, and it is

@@ -137,7 +137,7 @@ BUILT_LIMIT = 32 << 20
 #: slows it, and refuses nothing more). Then building what passed: linear, and bounded by the
 #: two limits above (about 0.2 s of the caller's GIL at worst, on a 2 GHz core). run()
 #: returns at most that long after its budget because of what the answer holds; a pool
-#: decodes its answers one at a time, beside its loop (see _answers.Decoder).
+#: decodes its answers one at a time beside its loop, small ones apart (see _answers.Decoder).
 DECODE_TIME_S = 2.0
 #: Keys that are not strings in one dict or set.
 KEYS_LIMIT = 4096

@@ -357,5 +357,5 @@ class Engine(Driver):
         if self.closed:
             return
         self.closed = True
-        self.answers.decoder.close()
+        self.answers.close()
         self.processes.stop()

@@ -87,10 +87,13 @@ def crafted(kind: str, count: int, fields: int = 4) -> bytes:
 
 def answers_with(kind: str, count: Any) -> Any:
     """Have the worker send :func:`crafted` as this item's answer: its pickling function
-    replaced for one answer. (``sleep``: sleep ``count`` seconds, and return them.)"""
+    replaced for one answer. (``sleep``: sleep ``count`` seconds, and return them; ``score``:
+    return ``{"score": count}``, a small answer of its own.)"""
     if kind == "sleep":
         time.sleep(count)
         return count
+    if kind == "score":
+        return {"score": count}
     worker = sys.modules["pytest_rewardhang.guard._worker"]
     honest = worker.result_payload
 

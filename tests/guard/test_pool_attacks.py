@@ -981,6 +981,27 @@ def test_innocent_items_beside_large_answers_do_not_time_out() -> None:
     assert killed_after < budget + 3.0, killed_after  # a bound a busy machine keeps
 
 
+@pytest.mark.usefixtures("no_leaks")
+def test_a_small_answer_is_not_held_up_behind_large_ones() -> None:
+    # One thread decoded every answer in the order they came: a dict of one score waited
+    # behind two dozen crafted answers of 250 KB, each some 0.1 s to check.
+    done: dict[str, float] = {}
+    with Pool(answers_with, workers=2, budget=GENEROUS) as pool:
+        futures = {f"big{i}": pool.submit("nones", 250_000) for i in range(24)}
+        futures |= {f"small{i}": pool.submit("score", i) for i in range(4)}
+        for name, future in futures.items():
+
+            def seen(_: object, name: str = name) -> None:
+                done.setdefault(name, time.monotonic())
+
+            future.add_done_callback(seen)
+        outs = {name: future.result() for name, future in futures.items()}
+    assert all(outs[f"small{i}"].value == {"score": i} for i in range(4)), outs
+    last_small = max(at for name, at in done.items() if name.startswith("small"))
+    pending = [name for name, at in done.items() if name.startswith("big") and at > last_small]
+    assert len(pending) >= 4, sorted(done, key=done.__getitem__)
+
+
 EMFILE = """
 import os, sys, threading, time
 from pytest_rewardhang.guard import Pool
