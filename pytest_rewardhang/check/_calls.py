@@ -15,6 +15,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -243,15 +244,33 @@ def _gone(pid: int) -> bool:
         return True
 
 
+#: Looks at a command line that reads empty, 2 ms apart: a process caught in its exec has none
+#: yet (on a busy machine the call's Popen child was named ``?``).
+_CMDLINE_LOOKS = 10
+
+
 def _named(pid: int) -> str:
-    """``pid 123 (sleep 1000)``: its command line, cut short (the report makes it printable)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            words = cmdline.read(200).rstrip(b"\0").split(b"\0")
-    except OSError:
-        words = []
+    """``pid 123 (sleep 1000)``: its command line, cut short (the report makes it printable);
+    ``[its name]`` when it has none."""
+    words: list[bytes] = []
+    for look in range(_CMDLINE_LOOKS):
+        if look:
+            time.sleep(0.002)
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                words = cmdline.read(200).rstrip(b"\0").split(b"\0")
+        except OSError:
+            break
+        if words != [b""]:
+            break
     command = " ".join(w.decode("utf-8", "replace") for w in words)[:80]
-    return f"pid {pid} ({command or '?'})"
+    if not command:
+        try:
+            with open(f"/proc/{pid}/comm", "rb") as comm:
+                command = f"[{comm.read(64).strip().decode('utf-8', 'replace')}]"
+        except OSError:
+            command = "?"
+    return f"pid {pid} ({command})"
 
 
 def score_of(value: Any) -> float | None:
