@@ -1,0 +1,259 @@
+"""The steered phase of ``--reward-hang-search``: mutate toward new code and a higher cost.
+
+As PerfFuzz and SlowFuzz do for C programs: a queue of inputs (a response, and a ground truth
+where the scorer takes one), each kept because it reached code of the scorer no input had
+reached before or cost more than any before it (the cost and the code come from
+``_measure``, in the worker). A child is its parent with one to three mutations of the kinds a
+degenerate policy output has: a line, a word or an open delimiter repeated; a span nested in
+brackets; a number lengthened; and the scorer's own strings (its markers, its regexes' pieces,
+the bundled hard values) spliced in, the ground truth swapped for another shape or lengthened.
+It starts from the example's response in each of the scorer's frames (``_frames``): the
+gates a format check puts before the costly work are passed from the first probe.
+
+Deterministic for a seed: one ``random.Random(seed)`` makes every choice, and what the scorer
+answered decides only which inputs are kept.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._format import Formula
+
+#: Mutations stacked on a child, at most.
+MAX_STACK = 3
+#: How many times a repeat mutation repeats its piece: a few, or as many as the size allows.
+REPEATS = (2, 4, 16, 64, 512, 4096)
+#: Newest entries a parent is often drawn from: what just reached new code is where to dig.
+RECENT = 4
+#: Points of a cost curve kept (the worst input's ancestors, and itself).
+CURVE_POINTS = 8
+_OPEN = ("(", "[", "{", "<think>", "\\boxed{", "\\frac{", "```", '{"a": ', "$", "\\left(")
+_PAIRS = (("(", ")"), ("[", "]"), ("{", "}"), ("\\frac{", "}{1}"), ("<b>", "</b>"), ('["', '"]'))
+_NUMBER = re.compile(r"\d+")
+_WORD = re.compile(r"\S+\s*")
+_LINE = re.compile(r"[^\n]*\n|[^\n]+")
+
+
+@dataclass(frozen=True)
+class Input:
+    text: str
+    #: The ground truth in the example's place (None: the example's own, or none taken).
+    truth: str | None
+    #: How it was made, for the case's description.
+    how: str
+    #: ``prefix + unit * n + suffix`` when its last mutation repeated a piece: growth can take it
+    #: further, and a saved case keeps it as a formula.
+    formula: Formula | None = None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the worker measured of one call (``_measure.measured``)."""
+
+    signal: str
+    cost: float
+    cpu_s: float
+    new: frozenset[int]
+
+
+@dataclass
+class Entry:
+    input: Input
+    reading: Reading
+    #: ``(chars, cost)`` of its ancestors and of itself: how the cost grew as it was found.
+    curve: tuple[tuple[int, float], ...] = ()
+
+
+def reading(outcome_value: Any) -> Reading | None:
+    """The measurement in a call's answer, or None where there is none (or it is not one)."""
+    found = outcome_value.get("measured") if isinstance(outcome_value, dict) else None
+    if not isinstance(found, dict):
+        return None
+    signal, cost, cpu, new = (found.get(k) for k in ("signal", "cost", "cpu_s", "new"))
+    if not (isinstance(signal, str) and isinstance(cost, int | float)):
+        return None
+    keys = frozenset(k for k in new if isinstance(k, int)) if isinstance(new, list) else frozenset()
+    return Reading(signal, float(cost), float(cpu) if isinstance(cpu, int | float) else 0.0, keys)
+
+
+@dataclass
+class Steered:
+    """One steered run: ``measure`` probes an input and answers what the worker read (None for a
+    call that did not finish, or that carried no measurement); it raises to end the run."""
+
+    measure: Callable[[Input], Reading | None]
+    #: The scorer's own strings (markers, units, its regexes' pieces).
+    dictionary: Sequence[str]
+    #: Hard values (the bundled corpus's power towers, huge numbers): an answer or a truth.
+    values: Sequence[str]
+    #: Ground truths of other shapes (a fraction, text, a list); empty: none is taken.
+    truths: Sequence[str]
+    seed: int
+    max_size: int
+    queue: list[Entry] = field(default_factory=list)
+    reached: set[int] = field(default_factory=set)
+    signal: str = ""
+    probes: int = 0
+
+    def run(self, seeds: Sequence[Input], left: Callable[[], int]) -> None:
+        """The seeds, then children of the queue while ``left()`` probes remain."""
+        rng = random.Random(self.seed)  # noqa: S311 - a reproducible search, not a secret
+        for start in seeds:
+            if left() <= 0:
+                return
+            self._try(start, None)
+        while left() > 0 and self.queue:
+            parent = self._parent(rng)
+            self._try(self.mutated(rng, parent.input), parent)
+
+    def worst(self) -> Entry | None:
+        return max(self.queue, key=lambda e: e.reading.cost, default=None)
+
+    def _try(self, child: Input, parent: Entry | None) -> None:
+        self.probes += 1
+        read = self.measure(child)
+        if read is None:
+            return
+        self.signal = read.signal
+        new = read.new - self.reached
+        self.reached |= read.new
+        top = max((e.reading.cost for e in self.queue), default=-1.0)
+        if new or read.cost > top or parent is None:
+            before = parent.curve if parent is not None else ()
+            curve = (*before, (len(child.text), read.cost))[-CURVE_POINTS:]
+            self.queue.append(Entry(child, read, curve))
+
+    def _parent(self, rng: random.Random) -> Entry:
+        """Half the time one of the newest entries, a third of it the costliest, else any."""
+        draw = rng.random()
+        if draw < 0.5:
+            return rng.choice(self.queue[-RECENT:])
+        if draw < 0.8:
+            return max(self.queue, key=lambda e: e.reading.cost)
+        return rng.choice(self.queue)
+
+    def mutated(self, rng: random.Random, parent: Input) -> Input:
+        """``parent`` with one to :data:`MAX_STACK` mutations, within ``max_size``."""
+        text, truth, hows = parent.text, parent.truth, []
+        formula: Formula | None = None
+        for _ in range(rng.randint(1, MAX_STACK)):
+            # Twice the odds for the ground truth: a gate on its shape guards the costly path.
+            swaps = ["truth", "truth"] if truth is not None and self.truths else []
+            kinds = [*_MUTATIONS, *swaps]
+            kind = rng.choice(kinds)
+            if kind == "truth":
+                assert truth is not None
+                truth, how = self._truth(rng, truth)
+                hows.append(how)
+                continue
+            text, how, formula = _MUTATIONS[kind](self, rng, text)
+            hows.append(how)
+        if len(text) > self.max_size:
+            text, formula = text[: self.max_size], None
+        if formula is not None and formula.expand(len(text)) != text:
+            formula = None
+        return Input(text, truth, ", ".join(hows), formula)
+
+    def _truth(self, rng: random.Random, truth: str) -> tuple[str, str]:
+        if _NUMBER.search(truth) and rng.random() < 0.5:
+            return _lengthen(rng, truth)[0], "its ground truth's number lengthened"
+        chosen = rng.choice([*self.truths, *self.values])
+        return chosen, f"ground truth {_short(chosen)}"
+
+    def _repeat(self, rng: random.Random, text: str) -> tuple[str, str, Formula | None]:
+        """A line, a word or an open delimiter, repeated: what a looping policy emits."""
+        what = rng.choice(("line", "word", "delimiter"))
+        if what == "delimiter":
+            piece = rng.choice([*_OPEN, *(d for d in self.dictionary if len(d) <= 12)])
+            at = _position(rng, text)
+            start = end = at
+        else:
+            spans = [m.span() for m in (_LINE if what == "line" else _WORD).finditer(text)]
+            if not spans:
+                return text, "nothing to repeat", None
+            start, end = rng.choice(spans)
+            piece = text[start:end]
+        room = max(self.max_size - len(text), 0) // max(len(piece), 1)
+        times = min(rng.choice(REPEATS), room)
+        if times < 1:
+            return text, f"a {what} not repeated (no room)", None
+        body = piece * (times + (what != "delimiter"))
+        grown = text[:start] + body + text[end:]
+        formula = Formula(text[:start], (piece,), text[end:])
+        return grown, f"{_short(piece)} repeated {times}x ({what})", formula
+
+    def _nest(self, rng: random.Random, text: str) -> tuple[str, str, Formula | None]:
+        opening, closing = rng.choice(_PAIRS)
+        start = _position(rng, text)
+        end = _position(rng, text[start:]) + start
+        depth = min(rng.choice(REPEATS), max(self.max_size - len(text), 0) // 8 or 1)
+        nested = opening * depth + text[start:end] + closing * depth
+        return text[:start] + nested + text[end:], f"nested {depth} deep in {opening}", None
+
+    def _number(self, rng: random.Random, text: str) -> tuple[str, str, Formula | None]:
+        lengthened, ok = _lengthen(rng, text)
+        return lengthened, "a number lengthened" if ok else "no number to lengthen", None
+
+    def _splice(self, rng: random.Random, text: str) -> tuple[str, str, Formula | None]:
+        """One of the scorer's strings or a hard value, in place of a number or at a boundary."""
+        strings = self.values if rng.random() < 0.5 else self.dictionary
+        if not strings:
+            return text, "no string to splice", None
+        piece = rng.choice(strings)
+        numbers = list(_NUMBER.finditer(text))
+        if numbers and rng.random() < 0.5:
+            start, end = rng.choice(numbers).span()
+            return text[:start] + piece + text[end:], f"a number replaced by {_short(piece)}", None
+        at = _position(rng, text)
+        return text[:at] + piece + text[at:], f"{_short(piece)} spliced in", None
+
+    def _cross(self, rng: random.Random, text: str) -> tuple[str, str, Formula | None]:
+        other = rng.choice(self.queue).input.text if self.queue else text
+        cut, other_cut = _position(rng, text), _position(rng, other)
+        return text[:cut] + other[other_cut:], "spliced with an earlier find", None
+
+    def _delete(self, rng: random.Random, text: str) -> tuple[str, str, Formula | None]:
+        start = _position(rng, text)
+        end = min(start + rng.choice((1, 4, 16, 64)), len(text))
+        return text[:start] + text[end:], "a span deleted", None
+
+
+_Mutation = Callable[[Steered, random.Random, str], tuple[str, str, Formula | None]]
+_MUTATIONS: dict[str, _Mutation] = {
+    "repeat": Steered._repeat,
+    "nest": Steered._nest,
+    "number": Steered._number,
+    "splice": Steered._splice,
+    "splice-again": Steered._splice,  # the scorer's own strings pass its gates: twice the odds
+    "cross": Steered._cross,
+    "delete": Steered._delete,
+}
+
+
+def _lengthen(rng: random.Random, text: str) -> tuple[str, bool]:
+    """A digit run made two to eight times as long (``42`` to ``424242``)."""
+    numbers = list(_NUMBER.finditer(text))
+    if not numbers:
+        return text, False
+    start, end = rng.choice(numbers).span()
+    return text[:start] + text[start:end] * rng.choice((2, 3, 8)) + text[end:], True
+
+
+def _position(rng: random.Random, text: str) -> int:
+    """A place in ``text``, at a word's or a line's edge half the time."""
+    if not text:
+        return 0
+    edges = [m.start() for m in re.finditer(r"(?<=\s)|(?=\s)|$", text)]
+    if edges and rng.random() < 0.5:
+        return rng.choice(edges)
+    return rng.randint(0, len(text))
+
+
+def _short(text: str, limit: int = 24) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
