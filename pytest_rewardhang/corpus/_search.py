@@ -131,7 +131,7 @@ def search(
     pool = list(dict.fromkeys(u for u in [*markers[:MAX_MARKERS], *units] if u)) or ["a"]
     best = _load_best(database, limit)
     database.mkdir(parents=True, exist_ok=True)
-    steered: _steer.Steered | None = None
+    steered = False
     with contextlib.suppress(_Hang, _Spent):
         for formula, size, _ in best:
             run.measure(formula, size, "replayed from an earlier run's slowest")
@@ -145,13 +145,13 @@ def search(
                 run.measure(formula, size, origin)
             run.grow()
         if steer is not None:
-            steered = _steered(run, pool, patterns, seeds, truths, seed, max_size)
-        if steered is None or not steered.signal:
+            steered = bool(_steered(run, pool, patterns, seeds, truths, seed, max_size).signal)
+        if not steered:  # no steering asked for, or its worker measured nothing
             _hypothesis(run, pool, patterns, examples, seed, database, max_size)
         run.grow()
     _save_best(database, best, run)
-    if steered is not None:
-        _save_worst(database, run, steered)
+    if run.steered is not None:
+        _save_worst(database, run, run.steered)
     return run.ran
 
 

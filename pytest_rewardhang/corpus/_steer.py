@@ -25,11 +25,15 @@ from typing import Any
 from ._format import Formula
 
 #: Mutations stacked on a child, at most.
-MAX_STACK = 3
+MAX_STACK = 2
+#: The children whose ground truth changes (where the scorer takes one).
+TRUTH_SHARE = 0.35
 #: How many times a repeat mutation repeats its piece: a few, or as many as the size allows.
 REPEATS = (2, 4, 16, 64, 512, 4096)
-#: Newest entries a parent is often drawn from: what just reached new code is where to dig.
-RECENT = 4
+#: A parent's weight per line it was first to run, and for a loop run more often than before
+#: (at most MAX_BUCKETS of those count: a longer text runs every loop more often).
+NEW_LINE_WEIGHT = 4.0
+MAX_BUCKETS = 2
 #: Points of a cost curve kept (the worst input's ancestors, and itself).
 CURVE_POINTS = 8
 _OPEN = ("(", "[", "{", "<think>", "\\boxed{", "\\frac{", "```", '{"a": ', "$", "\\left(")
@@ -67,6 +71,9 @@ class Entry:
     reading: Reading
     #: ``(chars, cost)`` of its ancestors and of itself: how the cost grew as it was found.
     curve: tuple[tuple[int, float], ...] = ()
+    #: How often it is drawn as a parent, relatively: lines no input had run before weigh
+    #: most, a loop run more often than before next.
+    weight: float = 1.0
 
 
 def reading(outcome_value: Any) -> Reading | None:
@@ -96,7 +103,9 @@ class Steered:
     seed: int
     max_size: int
     queue: list[Entry] = field(default_factory=list)
+    #: The features (a line and its count's power of two) and the lines any input reached.
     reached: set[int] = field(default_factory=set)
+    places: set[int] = field(default_factory=set)
     signal: str = ""
     probes: int = 0
 
@@ -122,36 +131,34 @@ class Steered:
         self.signal = read.signal
         new = read.new - self.reached
         self.reached |= read.new
+        places = {feature >> 6 for feature in new} - self.places
+        self.places |= places
         top = max((e.reading.cost for e in self.queue), default=-1.0)
         if new or read.cost > top or parent is None:
             before = parent.curve if parent is not None else ()
             curve = (*before, (len(child.text), read.cost))[-CURVE_POINTS:]
-            self.queue.append(Entry(child, read, curve))
+            weight = 1.0 + NEW_LINE_WEIGHT * len(places) + min(len(new - places), MAX_BUCKETS)
+            self.queue.append(Entry(child, read, curve, weight))
 
     def _parent(self, rng: random.Random) -> Entry:
-        """Half the time one of the newest entries, a third of it the costliest, else any."""
-        draw = rng.random()
-        if draw < 0.5:
-            return rng.choice(self.queue[-RECENT:])
-        if draw < 0.8:
-            return max(self.queue, key=lambda e: e.reading.cost)
-        return rng.choice(self.queue)
+        """By weight most of the time (what reached new lines), else the costliest."""
+        if rng.random() < 0.9:
+            return rng.choices(self.queue, weights=[e.weight for e in self.queue])[0]
+        return max(self.queue, key=lambda e: e.reading.cost)
 
     def mutated(self, rng: random.Random, parent: Input) -> Input:
         """``parent`` with one to :data:`MAX_STACK` mutations, within ``max_size``."""
         text, truth, hows = parent.text, parent.truth, []
         formula: Formula | None = None
+        # The ground truth is half of what the scorer reads, and a gate on its shape (an
+        # integer compared as a string, anything else evaluated) guards many a costly path.
+        if truth is not None and self.truths and rng.random() < TRUTH_SHARE:
+            truth, how = self._truth(rng, truth)
+            hows.append(how)
+            if rng.random() < 0.5:
+                return Input(text, truth, how, parent.formula)
         for _ in range(rng.randint(1, MAX_STACK)):
-            # Twice the odds for the ground truth: a gate on its shape guards the costly path.
-            swaps = ["truth", "truth"] if truth is not None and self.truths else []
-            kinds = [*_MUTATIONS, *swaps]
-            kind = rng.choice(kinds)
-            if kind == "truth":
-                assert truth is not None
-                truth, how = self._truth(rng, truth)
-                hows.append(how)
-                continue
-            text, how, formula = _MUTATIONS[kind](self, rng, text)
+            text, how, formula = _MUTATIONS[rng.choice(list(_MUTATIONS))](self, rng, text)
             hows.append(how)
         if len(text) > self.max_size:
             text, formula = text[: self.max_size], None
@@ -236,12 +243,16 @@ _MUTATIONS: dict[str, _Mutation] = {
 
 
 def _lengthen(rng: random.Random, text: str) -> tuple[str, bool]:
-    """A digit run made two to eight times as long (``42`` to ``424242``)."""
+    """A digit run made two to eight times as long (``42`` to ``424242``); half the time every
+    run of the text, as a policy that pads every number does."""
     numbers = list(_NUMBER.finditer(text))
     if not numbers:
         return text, False
+    times = rng.choice((2, 3, 8))
+    if rng.random() < 0.5:
+        return _NUMBER.sub(lambda m: m.group() * times, text), True
     start, end = rng.choice(numbers).span()
-    return text[:start] + text[start:end] * rng.choice((2, 3, 8)) + text[end:], True
+    return text[:start] + text[start:end] * times + text[end:], True
 
 
 def _position(rng: random.Random, text: str) -> int:
