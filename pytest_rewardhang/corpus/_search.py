@@ -238,7 +238,7 @@ class _Run:
         if outcome.status is not Status.OK:
             return None
         read = _steer.reading(outcome.value)
-        if read is not None:
+        if read is not None and read.signal:
             self.signal = read.signal
         return read
 
@@ -301,7 +301,8 @@ class _Run:
         if first.status is Status.TIMEOUT:
             self.calls += 1
             again = call(False)
-            return first if again.status is Status.TIMEOUT else again
+            # Finished unmeasured: too slow to measure, the costliest input yet.
+            return first if again.status is Status.TIMEOUT else _steer.too_slow(again)
         if (
             first.status is Status.OK
             and _spent(first) >= RETIME_ABOVE_S
@@ -310,7 +311,8 @@ class _Run:
             self.calls += 1
             again = call(True)
             if again.status is Status.OK and _spent(again) < _spent(first):
-                return again
+                # The lines the first run met first are its input's, not the second's news.
+                return _steer.with_news_of(again, first)
         return first
 
     def score(self, spent: float, chars: int) -> float:

@@ -16,11 +16,14 @@ answered decides only which inputs are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from pytest_rewardhang.guard._outcome import Outcome
 
 from ._format import Formula
 
@@ -63,6 +66,9 @@ class Reading:
     cost: float
     cpu_s: float
     new: frozenset[int]
+    #: It ran past the deadline measured and finished unmeasured: costlier than any that
+    #: finished measured, whatever its numbers.
+    too_slow: bool = False
 
 
 @dataclass
@@ -81,11 +87,29 @@ def reading(outcome_value: Any) -> Reading | None:
     found = outcome_value.get("measured") if isinstance(outcome_value, dict) else None
     if not isinstance(found, dict):
         return None
+    if found.get("too_slow") is True:
+        return Reading("", 0.0, 0.0, frozenset(), too_slow=True)
     signal, cost, cpu, new = (found.get(k) for k in ("signal", "cost", "cpu_s", "new"))
     if not (isinstance(signal, str) and isinstance(cost, int | float)):
         return None
     keys = frozenset(k for k in new if isinstance(k, int)) if isinstance(new, list) else frozenset()
     return Reading(signal, float(cost), float(cpu) if isinstance(cpu, int | float) else 0.0, keys)
+
+
+def too_slow(outcome: Outcome) -> Outcome:
+    """A call that finished only unmeasured, marked so (see :attr:`Reading.too_slow`)."""
+    called = outcome.value if isinstance(outcome.value, dict) else {}
+    return dataclasses.replace(outcome, value={**called, "measured": {"too_slow": True}})
+
+
+def with_news_of(kept: Outcome, first: Outcome) -> Outcome:
+    """``kept`` (a re-timed call), with the features ``first`` reported first: its worker
+    reported each once, and the same input met them both times."""
+    old, new = (reading(o.value) for o in (first, kept))
+    if old is None or new is None or not isinstance(kept.value, dict):
+        return kept
+    measured = {**kept.value["measured"], "new": sorted(old.new | new.new)}
+    return dataclasses.replace(kept, value={**kept.value, "measured": measured})
 
 
 @dataclass
@@ -128,12 +152,14 @@ class Steered:
         read = self.measure(child)
         if read is None:
             return
+        top = max((e.reading.cost for e in self.queue), default=-1.0)
+        if read.too_slow:
+            read = Reading(self.signal, 2 * max(top, 1.0), 0.0, frozenset(), too_slow=True)
         self.signal = read.signal
         new = read.new - self.reached
         self.reached |= read.new
         places = {feature >> 6 for feature in new} - self.places
         self.places |= places
-        top = max((e.reading.cost for e in self.queue), default=-1.0)
         if new or read.cost > top or parent is None:
             before = parent.curve if parent is not None else ()
             curve = (*before, (len(child.text), read.cost))[-CURVE_POINTS:]

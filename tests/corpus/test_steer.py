@@ -176,3 +176,63 @@ def test_line_events_measure_cost_and_new_code(python: str, tmp_path: Path) -> N
     assert again[3] == 0  # the same call again reaches nothing new
     assert large[3] > 0  # a loop run far more often, and the branch past 50
     assert middle[3] > 0  # the loop run a number of times of a power of two not met before
+
+
+GATED = """
+import re
+
+
+def compute_score(solution_str, ground_truth):
+    if "</think>" not in solution_str:
+        return 0.0
+    answer = solution_str.split("</think>")[-1]
+    if ground_truth.strip().isdigit():
+        return float(answer.strip() == ground_truth.strip())
+    digits = re.findall(r"\\d+", answer)
+    steps = 0
+    for _ in range(int(digits[0][:12]) ** 2 if digits else 0):
+        steps += 1
+    return float(steps == 0)
+"""
+
+
+@pytest.mark.slow  # two real check runs with a search each: the slow tier
+@pytest.mark.timeout(300)
+def test_the_check_steers_its_search_past_two_gates_and_says_by_what(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(gated=GATED)
+    pytester.makeini("[pytest]\n")
+    args = [
+        "-p",
+        "no:cacheprovider",
+        "--reward-hang-check",
+        "--reward-hang-deadline=0.5",
+        "--reward-hang-confirm=2",
+        "--reward-hang-scorer=gated.py:compute_score",
+        "--reward-hang-family=search",
+        "--reward-hang-search=80",
+        "--reward-hang-seed=0",
+    ]
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*HANG case search-*steered by line events + CPU (*", "*with ground truth*"]
+    )
+    worst = pytester.path / ".reward-hang" / "search" / "gated.compute_score" / "worst.toml"
+    assert "ran past its deadline" in worst.read_text()
+    plain = pytester.runpytest_subprocess(*args, "--reward-hang-steer=off")
+    plain.assert_outcomes(passed=1)
+
+
+def test_a_retimed_call_keeps_the_lines_its_first_run_met_first() -> None:
+    # A worker reports a line once: the second run of the same input reports nothing new.
+    first = Outcome(Status.OK, value={"measured": {"signal": "s", "cost": 9.0, "new": [1, 2]}})
+    again = Outcome(Status.OK, value={"measured": {"signal": "s", "cost": 8.0, "new": []}})
+    kept = _steer.reading(_steer.with_news_of(again, first).value)
+    assert kept == _steer.Reading("s", 8.0, 0.0, frozenset({1, 2}))
+    slow = _steer.reading(_steer.too_slow(Outcome(Status.OK, value={"score": 0.0})).value)
+    assert slow is not None
+    assert slow.too_slow
+    for junk in (None, {"measured": 3}, {"measured": {"cost": "x"}}, {"score": 1.0}):
+        assert _steer.reading(junk) is None
