@@ -1,6 +1,6 @@
 """Steering: does a search guided by what the scorer runs reach hangs behind its gates?
 
-Run: .venv/bin/python benchmarks/bench_steer.py [--quick] [--search 100] [--seeds 3]
+Run: .venv/bin/python benchmarks/bench_steer.py [--quick] [--search 100] [--seeds 5]
 
 The planted gated hangs of ``bench_gates.py`` (a marker gate, a ground-truth gate, two nested
 gates, a gate on a JSON field, each before a loop as long as a power tower's value) and its
@@ -76,7 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="two scorers, one seed")
     parser.add_argument("--search", type=int, default=100, help="the search's probes")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per scorer and search")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per scorer and search")
     args = parser.parse_args()
     names = QUICK if args.quick else tuple(SCORERS)
     seeds = range(1 if args.quick else args.seeds)

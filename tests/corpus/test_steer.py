@@ -162,7 +162,7 @@ def test_line_events_measure_cost_and_new_code(python: str, tmp_path: Path) -> N
         [python, str(script), str(REPO)], capture_output=True, text=True, timeout=60
     )
     if done.returncode != 0 and python != sys.executable:
-        pytest.skip(f"{python} does not run here: {done.stderr[-200:]}")
+        pytest.skip(f"{python} does not run here: {done.stderr.strip()[:80]}")
     assert done.returncode == 0, done.stderr
 
     (small, again, large, middle) = json.loads(done.stdout)
