@@ -104,7 +104,9 @@ class _Tally:
             if place is None:
                 # The same in every process: a file, a function, a line; no address.
                 where = f"{code.co_filename}:{code.co_name}:{line}"
-                place = _places[code, line] = zlib.crc32(where.encode(errors="replace"))
+                place = zlib.crc32(where.encode(errors="replace"))
+                if len(_places) < MAX_KNOWN:  # code made afresh each call must not pile up
+                    _places[code, line] = place
             feature = place << 6 | count.bit_length()
             if feature not in _known and len(_known) < MAX_KNOWN:
                 _known.add(feature)
@@ -120,6 +122,8 @@ def own(code: CodeType) -> bool:
     and this package."""
     found = _own.get(code)
     if found is None:
+        if len(_own) >= MAX_KNOWN:  # code made afresh each call (an ``exec``) must not pile up
+            _own.clear()
         name = code.co_filename
         found = _own[code] = not name.startswith(("<", *_skipped_dirs()))
     return found
