@@ -63,7 +63,7 @@ class Settings:
     families: frozenset[str] | None = None
     families_source: str = ""
     strict_complexity: bool = False
-    #: Hypothesis examples per scorer for the targeted search (0: no search).
+    #: Probes per scorer of the search for slow inputs (0: no search).
     search: int = 0
     #: ``--reward-hang-steer``: the search's last phase mutates toward new code and a higher
     #: cost, measured in the worker (off: Hypothesis's targeted search on CPU time).
@@ -139,7 +139,7 @@ _VALUED: list[tuple[str, str, str, str, str | None]] = [
     (
         "--reward-hang-search",
         "reward_hang_search",
-        "run a Hypothesis targeted search of N examples per scorer for slow inputs (0: off)",
+        "run a search of N probes per scorer for its slowest inputs (0: off)",
         "string",
         "0",
     ),
