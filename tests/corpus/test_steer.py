@@ -64,7 +64,9 @@ def searched(folder: Path, seed: int, *, steered: bool) -> list[tuple[Any, Outco
     return _search.search(
         probe,
         ["</think>", "answer"],
-        60,
+        # Ten seeds of ten find it within this budget, most in under half of it: a busy machine
+        # that re-times a call or two more does not take it past.
+        120,
         seed,
         folder,
         2048,
