@@ -173,14 +173,39 @@ def _steered(
     dictionary = list(dict.fromkeys([*pool, *pieces]))
     values = bundled_payloads()
     steered = _steer.Steered(run.measure_input, dictionary, values, truths, seed, max_size)
-    reserve = GROW_TOP * max(1, _doublings(max_size, run.max_chars))
+    reserve = GROW_TOP * max(1, _doublings(max_size, run.max_chars)) + len(CURVE_DIVISORS)
     starts = [_steer.Input(text, truth, "the example in a frame of the scorer's") for text, truth
               in dict.fromkeys(seeds)]  # fmt: skip
     try:
         steered.run(starts, lambda: run.left() - reserve)
+        _worst_at_sizes(run, steered)
     finally:
         run.steered = steered
     return steered
+
+
+#: The worst input's cost curve: at these fractions of its size, when it is a formula.
+CURVE_DIVISORS = (4, 2)
+
+
+def _worst_at_sizes(run: _Run, steered: _steer.Steered) -> None:
+    """The costliest input again at a quarter and a half of its size, where it repeats a piece:
+    how its cost grows with the size (``steered.sizes``)."""
+    worst = steered.worst()
+    if worst is None or worst.input.formula is None:
+        return
+    formula, size = worst.input.formula, len(worst.input.text)
+    smallest = len(formula.prefix) + len(formula.suffix) + max(map(len, formula.units))
+    points = []
+    for divisor in CURVE_DIVISORS:
+        if size // divisor <= smallest:
+            continue
+        text = formula.expand(size // divisor)
+        how = f"its costliest input at 1/{divisor} of its size"
+        read = run.measure_input(_steer.Input(text, worst.input.truth, how, formula))
+        if read is not None and not read.too_slow:
+            points.append((len(text), read.cost))
+    steered.sizes = [*points, (size, worst.reading.cost)]
 
 
 class _Run:
@@ -563,19 +588,24 @@ def _save_worst(database: Path, run: _Run, steered: _steer.Steered) -> None:
     case: Case | None
     if run.hung_case is not None and run.hung_case.id.startswith(FAMILY):
         case = run.hung_case
-        curve = worst.curve if worst is not None else ()
-        what = "ran past its deadline"
+        # Its parent's curve, then itself: it never finished, so it has no cost of its own.
+        child, parent = steered.trying or (None, None)
+        mine = child is not None and (child.text, child.truth) == (case.text, case.ground_truth)
+        curve = parent.curve if mine and parent is not None else ()
+        what, curve_how = "ran past its deadline", "as it was found, before it"
     elif worst is not None:
         text, truth = worst.input.text, worst.input.truth
         case = next((c for c, _ in run.ran if c.text == text and c.ground_truth == truth), None)
-        curve, what = worst.curve, "cost the most"
+        curve, what, curve_how = tuple(worst.curve), "cost the most", "as it was found"
+        if len(steered.sizes) > 1:
+            curve, curve_how = tuple(steered.sizes), "at sizes of it"
     else:
         return
     if case is None:
         return
     signal = steered.signal or "no signal"
-    points = ", ".join(f"{chars} chars: {cost:.3g}" for chars, cost in curve)
-    why = f"the steered search's worst input ({what}); cost in {signal}, as it was found: {points}"
+    points = ", ".join(f"{chars} chars: {cost:.3g}" for chars, cost in curve) or "none"
+    why = f"the steered search's worst input ({what}); cost in {signal}, {curve_how}: {points}"
     with contextlib.suppress(OSError):
         _found.write_case(database / WORST_FILE, case, case.text, f"steered-{database.name}", why)
 

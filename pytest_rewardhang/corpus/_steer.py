@@ -132,6 +132,11 @@ class Steered:
     places: set[int] = field(default_factory=set)
     signal: str = ""
     probes: int = 0
+    #: The child being measured, and its parent: a hang ends the run inside ``measure``.
+    trying: tuple[Input, Entry | None] | None = None
+    #: ``(chars, cost)`` of the costliest input at smaller sizes, and itself (the search
+    #: measures them: ``_search._worst_at_sizes``).
+    sizes: list[tuple[int, float]] = field(default_factory=list)
 
     def run(self, seeds: Sequence[Input], left: Callable[[], int]) -> None:
         """The seeds, then children of the queue while ``left()`` probes remain."""
@@ -149,6 +154,7 @@ class Steered:
 
     def _try(self, child: Input, parent: Entry | None) -> None:
         self.probes += 1
+        self.trying = child, parent
         read = self.measure(child)
         if read is None:
             return

@@ -90,7 +90,7 @@ def test_the_steered_search_passes_two_gates_the_unsteered_one_does_not(tmp_path
     family = _format.load_response_file(worst)
     (saved,) = family.cases
     assert saved.ground_truth == case.ground_truth
-    assert "cost in line events + CPU, as it was found:" in worst.read_text()
+    assert "cost in line events + CPU, as it was found, before it: " in worst.read_text()
     # The same budget without steering never changes the ground truth: the loop is not reached.
     plain = searched(tmp_path / "plain", 2, steered=False)
     assert all(outcome.status is Status.OK for _, outcome in plain)
@@ -238,3 +238,33 @@ def test_a_retimed_call_keeps_the_lines_its_first_run_met_first() -> None:
     assert slow.too_slow
     for junk in (None, {"measured": 3}, {"measured": {"cost": "x"}}, {"score": 1.0}):
         assert _steer.reading(junk) is None
+
+
+def same_word_pairs(text: str, truth: str) -> float:
+    words = text.split()
+    return float(sum(a == b for a in words for b in words))
+
+
+def measured_pairs(text: str, truth: str, measure: bool) -> dict[str, Any]:
+    value, ran = _measure.measured(lambda: same_word_pairs(text, truth))
+    return {"score": value, "measured": ran} if measure else {"score": value}
+
+
+def test_the_worst_inputs_cost_curve_shows_how_its_cost_grows(tmp_path: Path) -> None:
+    def steer(text: str, truth: str | None, measure: bool) -> Outcome:
+        return run(measured_pairs, (text, truth or "42", measure), budget=10)
+
+    search = _search._Run(lambda text: steer(text, None, False), 10, 4096, 4096, steer)
+    formula = _format.Formula("<think>", ("go ",), "</think>")
+    worst = _steer.Input(formula.expand(512), None, "repeated", formula)
+    read = search.measure_input(worst)
+    assert read is not None
+    steered = _steer.Steered(search.measure_input, [], [], [], 0, 4096)
+    steered.queue.append(_steer.Entry(worst, read))
+    _search._worst_at_sizes(search, steered)
+    (quarter, a), (half, b), (whole, c) = steered.sizes
+    assert (quarter, half, whole) == (128, 256, 512)
+    # Every pair of words: four times the cost at twice the size (in line events, all counted
+    # below their cap, or in instructions).
+    assert 3 < b / a < 5
+    assert 3 < c / b < 5
