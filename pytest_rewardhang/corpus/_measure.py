@@ -18,7 +18,9 @@ and site-packages run at full speed), from ``sys.settrace`` and ``threading.sett
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import os
 import platform
 import struct
@@ -63,7 +65,7 @@ def measured(call: Callable[[], T]) -> tuple[T, dict[str, Any]]:
     """``call()``'s value, and what it ran: ``{"signal", "cost", "cpu_s", "new"}``."""
     counter = _instructions()
     tally = _Tally()
-    started = time.thread_time(), time.process_time()
+    started = time.process_time()
     if counter is not None:
         _ioctl(counter, _PERF_RESET)
         _ioctl(counter, _PERF_ENABLE)
@@ -74,7 +76,7 @@ def measured(call: Callable[[], T]) -> tuple[T, dict[str, Any]]:
         stop()
         if counter is not None:
             _ioctl(counter, _PERF_DISABLE)
-    cpu = time.process_time() - started[1]
+    cpu = time.process_time() - started
     if counter is not None:
         signal, cost = INSTRUCTIONS, float(_read(counter))
     else:
@@ -244,7 +246,8 @@ def _open_counter() -> int | None:
 
 
 def _ioctl(fd: int, request: int) -> None:
-    ctypes.CDLL(None).ioctl(fd, request, 0)
+    with contextlib.suppress(OSError):
+        fcntl.ioctl(fd, request, 0)
 
 
 def _read(fd: int) -> int:

@@ -3,10 +3,12 @@
 As PerfFuzz and SlowFuzz do for C programs: a queue of inputs (a response, and a ground truth
 where the scorer takes one), each kept because it reached code of the scorer no input had
 reached before or cost more than any before it (the cost and the code come from
-``_measure``, in the worker). A child is its parent with one to three mutations of the kinds a
-degenerate policy output has: a line, a word or an open delimiter repeated; a span nested in
-brackets; a number lengthened; and the scorer's own strings (its markers, its regexes' pieces,
-the bundled hard values) spliced in, the ground truth swapped for another shape or lengthened.
+``_measure``, in the worker); a parent is drawn by how many lines it was first to run. A
+child is its parent with one or two mutations of the kinds a degenerate policy output has: a
+line, a word or an open delimiter repeated; a span nested in brackets; a number, or every
+number, lengthened; the scorer's own strings (its markers, its regexes' pieces) and the bundled
+hard values spliced in; and in about a third of the children the ground truth swapped for
+another shape or a hard value, or its number lengthened.
 It starts from the example's response in each of the scorer's frames (``_frames``): the
 gates a format check puts before the costly work are passed from the first probe.
 
@@ -131,7 +133,6 @@ class Steered:
     reached: set[int] = field(default_factory=set)
     places: set[int] = field(default_factory=set)
     signal: str = ""
-    probes: int = 0
     #: The child being measured, and its parent: a hang ends the run inside ``measure``.
     trying: tuple[Input, Entry | None] | None = None
     #: ``(chars, cost)`` of the costliest input at smaller sizes, and itself (the search
@@ -153,7 +154,6 @@ class Steered:
         return max(self.queue, key=lambda e: e.reading.cost, default=None)
 
     def _try(self, child: Input, parent: Entry | None) -> None:
-        self.probes += 1
         self.trying = child, parent
         read = self.measure(child)
         if read is None:
