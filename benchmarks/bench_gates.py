@@ -14,7 +14,8 @@ Each scorer is checked twice in a fresh project, at the default deadline (2 s) w
 ``--reward-hang-confirm=2``: once on one bundled family (``power-tower``, whose payloads the
 framed cases put where the example's answer was and inside the frames of the strings the
 scorer's source looks for), once by the random search alone (``--reward-hang-family=search
---reward-hang-search=N``). The table gives each run's verdict, the case that hung and the wall
+--reward-hang-search=N --reward-hang-steer=off``; ``bench_steer.py`` compares it with the
+steered search). The table gives each run's verdict, the case that hung and the wall
 time of the whole run.
 """
 
@@ -172,6 +173,7 @@ def main() -> None:
         f"search ({args.search} probes)": [
             "--reward-hang-family=search",
             f"--reward-hang-search={args.search}",
+            "--reward-hang-steer=off",  # the random search; bench_steer.py has the steered one
         ],
     }
     started = time.monotonic()

@@ -166,6 +166,19 @@ def test_quick_gates_benchmark_finds_the_marker_gates_hang_and_passes_the_clean_
     assert verdicts[("clean_gate", "search")] == "ok", rows
 
 
+@pytest.mark.timeout(300)
+def test_quick_steer_benchmark_finds_the_marker_gates_hang_steered_passes_the_clean_one() -> None:
+    # Four real searches: the marker gate and the clean one, each steered and unsteered.
+    stdout = run_quick("bench_steer.py", bound=290)
+    rows = table_rows(stdout)
+    assert rows[0][:4] == ["scorer", "gate", "search", "found"], rows[0]
+    found = {(row[0], row[2].split(" ")[0]): row[3] for row in rows[1:]}
+    assert found[("marker_gate", "steered")] == "1/1", rows
+    assert found[("clean_gate", "steered")] == "0/1", rows
+    assert found[("clean_gate", "unsteered")] == "0/1", rows
+    assert "steered by: line events + CPU" in stdout or "steered by: instructions" in stdout
+
+
 @pytest.mark.needs_extra("bench")
 @pytest.mark.timeout(120)
 def test_pool_ab_benchmark_prints_a_median_per_root() -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_rewardhang.corpus import _measure
 from pytest_rewardhang.guard import _libc, _procfs
 from pytest_rewardhang.guard._spec import (
     SpecError,
@@ -104,6 +105,11 @@ def _watch_signal() -> None:
     signal.signal = watched
 
 
+#: A call's keyword that asks for what it ran (``_measure.measured``): the steered search's
+#: probes, in the same warm worker as every other case. Taken out before the scorer sees them.
+MEASURE = "__reward_hang_measure__"
+
+
 class ScorerCall:
     """Calls a scorer in one context: as a trainer of that kind calls it.
 
@@ -153,6 +159,9 @@ class ScorerCall:
 
     def __call__(self, **kwargs: Any) -> Any:
         fn = self.load()
+        if kwargs.pop(MEASURE, False):
+            called, ran = _measure.measured(lambda: self(**kwargs))
+            return {**called, "measured": ran} if isinstance(called, dict) else called
         kwargs = _materialized(kwargs, self.materialize)
         del _SIGNAL_FAILURES[:]
         threads = {thread.ident for thread in threading.enumerate()}

@@ -493,6 +493,14 @@ class ScorerCheck:
                 self.primary, _calls.with_case(info, example, self.scorer.kind, text)
             )
 
+        takes_truth = _calls.takes_truth(info, example)
+
+        def steer(text: str, truth: str | None, measure: bool) -> Outcome:
+            kwargs = _calls.with_case(info, example, self.scorer.kind, text)
+            if truth is not None and takes_truth:
+                kwargs = _calls.with_truth(info, kwargs, truth)
+            return self.workers.call(self.primary, {**kwargs, _calls.MEASURE: measure})
+
         database = self.rootdir / ".reward-hang" / "search" / self.scorer.id
         ran = _search.search(
             probe,
@@ -504,13 +512,16 @@ class ScorerCheck:
             patterns=self._patterns,
             literals=self._literals,
             max_chars=self.settings.max_chars,
+            steer=steer if self.settings.steer else None,
+            seeds=self._steer_seeds(info, example),
+            truths=[shape[1] for shape in _cases.TRUTHS] if takes_truth else [],
         )
         if any(outcome.status is Status.TIMEOUT for _, outcome in ran):
             # The search stops at its first confirmed timeout: the probes it did not spend.
             self.skipped[SEARCH] = max(self.settings.search - len(ran), 0)
         results = []
         for case, outcome in ran:
-            kwargs = _calls.with_case(info, example, self.scorer.kind, case.text)
+            kwargs = self.kwargs_for(case)
             if outcome.status is not Status.OK or outcome.leaked:
                 result = CaseResult(case, len(case.text), outcome)
                 results.append(self._judge(result, kwargs, self.primary))
@@ -519,12 +530,23 @@ class ScorerCheck:
         slowest = sorted(ran, key=lambda pair: -pair[1].wall_s)[:3]
         for case, outcome in slowest:
             if outcome.status is Status.OK and not outcome.leaked:
-                kwargs = _calls.with_case(info, example, self.scorer.kind, case.text)
+                kwargs = self.kwargs_for(case)
                 results.append(
                     CaseResult(case, len(case.text), outcome, kwargs=kwargs, context=self.primary)
                 )
         self._save_found(results)
         return results
+
+    def _steer_seeds(
+        self, info: _calls.ScorerInfo, example: dict[str, Any]
+    ) -> list[tuple[str, str | None]]:
+        """Where the steered search starts: the example's response as it is, then its answer in
+        each of the scorer's frames (``_frames.frames``), with the example's ground truth."""
+        response = _calls.response_text(info, example)
+        truth = _calls.truth_text(info, example)
+        answer = _frames.payload(response)
+        found = _frames.frames(response, truth, self._markers, self._fields)
+        return [(response, truth), *((frame.wrap(answer), truth) for frame in found)]
 
     def _save_found(self, results: list[CaseResult]) -> None:
         """``--reward-hang-save``: each input past its deadline, shrunk, as a corpus file."""

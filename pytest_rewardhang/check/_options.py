@@ -63,8 +63,11 @@ class Settings:
     families: frozenset[str] | None = None
     families_source: str = ""
     strict_complexity: bool = False
-    #: Hypothesis examples per scorer for the targeted search (0: no search).
+    #: Probes per scorer of the search for slow inputs (0: no search).
     search: int = 0
+    #: ``--reward-hang-steer``: the search's last phase mutates toward new code and a higher
+    #: cost, measured in the worker (off: Hypothesis's targeted search on CPU time).
+    steer: bool = True
     #: Where every input past its deadline is written as a corpus file (None: nowhere).
     save_corpus: Path | None = None
     #: ``--reward-hang-save-baseline``: where this run's timings are written (None: nowhere).
@@ -136,9 +139,18 @@ _VALUED: list[tuple[str, str, str, str, str | None]] = [
     (
         "--reward-hang-search",
         "reward_hang_search",
-        "run a Hypothesis targeted search of N examples per scorer for slow inputs (0: off)",
+        "run a search of N probes per scorer for its slowest inputs (0: off)",
         "string",
         "0",
+    ),
+    (
+        "--reward-hang-steer",
+        "reward_hang_steer",
+        "on: the search's last phase mutates the example's response and ground truth toward the "
+        "scorer's unreached code and a higher cost, measured where it runs; off: Hypothesis's "
+        "targeted search on CPU time",
+        "string",
+        "on",
     ),
     (
         "--reward-hang-contexts",
@@ -359,6 +371,7 @@ def load(config: pytest.Config) -> Settings:
         families_source=families_source,
         strict_complexity=bool(strict or _ini_switch(config, "reward_hang_strict_complexity")),
         search=value("--reward-hang-search", "reward_hang_search", non_negative_int),
+        steer=value("--reward-hang-steer", "reward_hang_steer", on_off),
         save_corpus=Path(save_raw) if save_raw and save_raw != "None" else None,
         contexts=value("--reward-hang-contexts", "reward_hang_contexts", optional_contexts),
         **_ci_settings(config),
@@ -519,6 +532,12 @@ def max_chars(raw: str) -> int:
 
 def non_negative_int(raw: str) -> int:
     return _number(raw, int, lambda n: n >= 0, "a whole number of examples, 0 for none")
+
+
+def on_off(raw: str) -> bool:
+    if raw not in ("on", "off"):
+        raise ValueError("expected on or off")
+    return raw == "on"
 
 
 def int_value(raw: str) -> int:

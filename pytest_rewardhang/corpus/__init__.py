@@ -12,6 +12,8 @@ modules only; the public strategies are re-exported by :mod:`pytest_rewardhang.s
 - ``_frames``: a family's payload inside the example's frame, past the scorer's gates;
 - ``_redos``: how a regex backtracks (exponential, polynomial) and attacks built from its structure;
 - ``_growth``: power-law fits of time against input size;
-- ``_search``: the search for slow inputs (vocabulary sweep, growth, hard values, Hypothesis);
+- ``_search``: the search for slow inputs (vocabulary sweep, growth, hard values, then steered);
+- ``_steer``: the steered phase: mutation of responses and ground truths toward new code and cost;
+- ``_measure``: what one call ran (new lines, a load-independent cost), measured in the worker;
 - ``_strategies``: the strategies' implementation.
 """

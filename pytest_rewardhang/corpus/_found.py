@@ -52,6 +52,20 @@ def write(
         )
         path.write_text(header + text, encoding="utf-8")
         return path
+    path = folder / f"{family}.toml"
+    path.write_text(_toml(family, case, text, provenance), encoding="utf-8")
+    return path
+
+
+def write_case(path: Path, case: Case, text: str, scorer_id: str, why: str) -> None:
+    """Write ``text`` as ``case`` to the corpus file ``path``, ``why`` saying what it is."""
+    family = family_name(case.family, scorer_id)
+    today = datetime.date.today().isoformat()
+    provenance = f"found by pytest --reward-hang-check on {today}: {why}"
+    path.write_text(_toml(family, case, text, provenance), encoding="utf-8")
+
+
+def _toml(family: str, case: Case, text: str, provenance: str) -> str:
     formula = case.formula
     lines = [
         f"# {provenance}",
@@ -80,9 +94,7 @@ def write(
         f"description = {toml_string(case.description)}",
         f"provenance = {toml_string(provenance)}",
     ]
-    path = folder / f"{family}.toml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return "\n".join(lines) + "\n"
 
 
 def toml_string(text: str, codepoints: bool = False) -> str:

@@ -42,7 +42,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from pytest_rewardhang.corpus import _format, _harvest
+from pytest_rewardhang.corpus import _format, _found, _harvest, _steer
 from pytest_rewardhang.corpus._cases import Case
 from pytest_rewardhang.corpus._format import Formula
 from pytest_rewardhang.corpus._strategies import bundled_payloads, formulas
@@ -109,25 +109,34 @@ def search(
     patterns: Sequence[str] = (),
     literals: Sequence[str] = (),
     max_chars: int | None = None,
+    steer: Callable[[str, str | None, bool], Outcome] | None = None,
+    seeds: Sequence[tuple[str, str | None]] = (),
+    truths: Sequence[str] = (),
 ) -> list[tuple[Case, Outcome]]:
     """Run up to ``examples`` probes through ``probe``; stop at the first confirmed timeout.
 
     ``units``: the scorer's vocabulary; ``patterns``: the regexes it compiles, worst first;
     ``literals``: the strings of its own source (its markers go first: a library's regexes may
     crowd them out of ``units``); ``max_size``: the largest text the sweep and Hypothesis try;
-    ``max_chars``: the largest growth may reach (default ``max_size``). Returns every text
-    probed, with its (confirmed) outcome.
+    ``max_chars``: the largest growth may reach (default ``max_size``). ``steer(text, truth,
+    measure)``: one call with ``truth`` as the ground truth (None: the example's), measured in
+    the worker when ``measure`` is true; given, the steered phase (``_steer``) takes the place
+    of Hypothesis, starting from ``seeds`` (responses in the scorer's frames, with their ground
+    truths) and swapping ground truths for ``truths``. Returns every text probed, with its
+    (confirmed) outcome.
     """
     limit = max(max_chars or max_size, max_size)
-    run = _Run(probe, examples, max_size, limit)
+    run = _Run(probe, examples, max_size, limit, steer)
     markers = [s for s in literals if s.strip() and not s.isidentifier()]
     pool = list(dict.fromkeys(u for u in [*markers[:MAX_MARKERS], *units] if u)) or ["a"]
     best = _load_best(database, limit)
     database.mkdir(parents=True, exist_ok=True)
+    steered = False
     with contextlib.suppress(_Hang, _Spent):
         for formula, size, _ in best:
             run.measure(formula, size, "replayed from an earlier run's slowest")
-        allowed = max(int(examples * SWEEP_SHARE), 1)
+        share = SWEEP_SHARE if steer is None else STEERED_SWEEP_SHARE
+        allowed = max(int(examples * share), 1)
         vocabulary, values = _sweep(pool, patterns, bundled_payloads(), max_size)
         for sweep in (vocabulary, values):
             for formula, size, origin in sweep:
@@ -135,28 +144,98 @@ def search(
                     break
                 run.measure(formula, size, origin)
             run.grow()
-        _hypothesis(run, pool, patterns, examples, seed, database, max_size)
+        if steer is not None:
+            steered = bool(_steered(run, pool, patterns, seeds, truths, seed, max_size).signal)
+        if not steered:  # no steering asked for, or its worker measured nothing
+            _hypothesis(run, pool, patterns, examples, seed, database, max_size)
         run.grow()
     _save_best(database, best, run)
+    if run.steered is not None:
+        _save_worst(database, run, run.steered)
     return run.ran
+
+
+#: With steering, the sweep leaves more of the budget to the steered phase.
+STEERED_SWEEP_SHARE = 0.25
+
+
+def _steered(
+    run: _Run,
+    pool: list[str],
+    patterns: Sequence[str],
+    seeds: Sequence[tuple[str, str | None]],
+    truths: Sequence[str],
+    seed: int,
+    max_size: int,
+) -> _steer.Steered:
+    """The steered phase, over the budget growth does not keep back (``_steer``)."""
+    pieces = [p for pattern in patterns[:MAX_PATTERNS] for p in _pieces(pattern)]
+    dictionary = list(dict.fromkeys([*pool, *pieces]))
+    values = bundled_payloads()
+    steered = _steer.Steered(run.measure_input, dictionary, values, truths, seed, max_size)
+    reserve = GROW_TOP * max(1, _doublings(max_size, run.max_chars)) + len(CURVE_DIVISORS)
+    starts = [_steer.Input(text, truth, "the example in a frame of the scorer's") for text, truth
+              in dict.fromkeys(seeds)]  # fmt: skip
+    try:
+        steered.run(starts, lambda: run.left() - reserve)
+        _worst_at_sizes(run, steered)
+    finally:
+        run.steered = steered
+    return steered
+
+
+#: The worst input's cost curve: at these fractions of its size, when it is a formula.
+CURVE_DIVISORS = (4, 2)
+
+
+def _worst_at_sizes(run: _Run, steered: _steer.Steered) -> None:
+    """The costliest input again at a quarter and a half of its size, where it repeats a piece:
+    how its cost grows with the size (``steered.sizes``)."""
+    worst = steered.worst()
+    if worst is None or worst.input.formula is None:
+        return
+    formula, size = worst.input.formula, len(worst.input.text)
+    smallest = len(formula.prefix) + len(formula.suffix) + max(map(len, formula.units))
+    points = []
+    for divisor in CURVE_DIVISORS:
+        if size // divisor <= smallest:
+            continue
+        text = formula.expand(size // divisor)
+        how = f"its costliest input at 1/{divisor} of its size"
+        read = run.measure_input(_steer.Input(text, worst.input.truth, how, formula))
+        if read is not None and not read.too_slow:
+            points.append((len(text), read.cost))
+    steered.sizes = [*points, (size, worst.reading.cost)]
 
 
 class _Run:
     """The probes of one search: each text once, confirmed, scored, and the budget."""
 
     def __init__(
-        self, probe: Callable[[str], Outcome], budget: int, max_size: int, max_chars: int
+        self,
+        probe: Callable[[str], Outcome],
+        budget: int,
+        max_size: int,
+        max_chars: int,
+        steer: Callable[[str, str | None, bool], Outcome] | None = None,
     ) -> None:
         self._probe = probe
         self.budget = budget
         self.max_size = max_size
         self.max_chars = max_chars
         self.ran: list[tuple[Case, Outcome]] = []
-        self.seen: dict[str, Outcome] = {}
+        self.seen: dict[tuple[str, str | None], Outcome] = {}
         self.measured: list[_Measured] = []
         self.grown: set[Formula] = set()
-        #: The confirmed hang that ended the search: the next run replays it first.
+        #: The confirmed hang that ended the search: the next run replays it first (when it
+        #: is a formula), and its case.
         self.hung: tuple[Formula, int] | None = None
+        self.hung_case: Case | None = None
+        #: The probe that also measures what the scorer ran (None: no steering), and the
+        #: signal its worker had.
+        self.steer = steer
+        self.signal = ""
+        self.steered: _steer.Steered | None = None
         #: The cheapest call seen: a call's fixed cost, taken off every score.
         self.fixed = math.inf
         self.best = 0.0
@@ -168,27 +247,53 @@ class _Run:
         """Probes left: re-runs count, so the item's outer bound (``N + 2`` calls) holds."""
         return self.budget - self.calls
 
-    def _probe_once(self, text: str) -> Outcome:
-        self.calls += 1
-        return self._probe(text)
-
     def measure(self, formula: Formula, size: int, origin: str) -> Outcome:
         text = formula.expand(size)
+        return self._record(text, None, formula, origin, lambda _: self._probe(text))
+
+    def measure_input(self, given: _steer.Input) -> _steer.Reading | None:
+        """A steered input, through the measuring probe: what the worker read of it."""
+        assert self.steer is not None
+        steer = self.steer
+        text, truth = given.text, given.truth
+        origin = f"steered by {self.signal or 'what the scorer runs'} ({given.how})"
+        outcome = self._record(
+            text, truth, given.formula, origin, lambda measure: steer(text, truth, measure)
+        )
+        if outcome.status is not Status.OK:
+            return None
+        read = _steer.reading(outcome.value)
+        if read is not None and read.signal:
+            self.signal = read.signal
+        return read
+
+    def _record(
+        self,
+        text: str,
+        truth: str | None,
+        formula: Formula | None,
+        origin: str,
+        call: Callable[[bool], Outcome],
+    ) -> Outcome:
+        """``text`` (with ``truth``) probed once, confirmed; a confirmed timeout ends the search.
+        ``call(measure)``: one call, measured or not."""
         # Each text runs once: formulas often expand alike, and Hypothesis replays examples
         # and raises FlakyFailure when a replay's result differs.
-        outcome = self.seen.get(text)
+        outcome = self.seen.get((text, truth))
         if outcome is not None:
             return outcome
         if self.left() <= 0:
             raise _Spent
-        outcome = self.seen[text] = self._confirmed(text)
+        outcome = self.seen[text, truth] = self._confirmed(text, call)
         index = len(self.ran) + 1
         elapsed = time.monotonic() - self.started
+        shown = _show(formula) if formula is not None else _printable(repr(text))
         case = Case(
             f"{FAMILY}-{index}-{len(text)}",
             FAMILY,
             text,
-            f"{origin}: {_show(formula)}; probe {index}, {elapsed:.1f} s into the search",
+            f"{origin}: {shown}; probe {index}, {elapsed:.1f} s into the search",
+            ground_truth=truth,
             formula=formula,
             formula_id=f"{FAMILY}-{index}",
             provenance="found by --reward-hang-search",
@@ -197,34 +302,42 @@ class _Run:
         if outcome.budget is not None and math.isfinite(outcome.budget):
             self.deadline = outcome.budget
         if outcome.status is Status.TIMEOUT:
-            self.hung = (formula, size)
+            self.hung = (formula, len(text)) if formula is not None and truth is None else None
+            self.hung_case = case
             raise _Hang
         if outcome.status is Status.OK:
             spent = _spent(outcome)
             self.fixed = min(self.fixed, spent)
-            self.measured.append(_Measured(formula, len(text), spent))
+            if formula is not None and truth is None:
+                self.measured.append(_Measured(formula, len(text), spent))
             self.best = max(self.best, self.score(spent, len(text)))
         return outcome
 
-    def _confirmed(self, text: str) -> Outcome:
+    def _confirmed(self, text: str, call: Callable[[bool], Outcome]) -> Outcome:
         """The outcome of ``text``, measured twice when once could mislead.
 
-        A timeout counts only when a second run times out too. A finished call that would be
-        the best so far is re-timed and the faster run kept: a machine that got busy for a
-        moment must not make an ordinary input look like the way to a hang.
+        A timeout counts only when a second run times out too, unmeasured (counting the
+        scorer's lines slows it). A finished call that would be the best so far is re-timed
+        and the faster run kept: a machine that got busy for a moment must not make an
+        ordinary input look like the way to a hang.
         """
-        first = self._probe_once(text)
+        self.calls += 1
+        first = call(True)
         if first.status is Status.TIMEOUT:
-            again = self._probe_once(text)
-            return first if again.status is Status.TIMEOUT else again
+            self.calls += 1
+            again = call(False)
+            # Finished unmeasured: too slow to measure, the costliest input yet.
+            return first if again.status is Status.TIMEOUT else _steer.too_slow(again)
         if (
             first.status is Status.OK
             and _spent(first) >= RETIME_ABOVE_S
             and self.score(_spent(first), len(text)) > self.best
         ):
-            again = self._probe_once(text)
+            self.calls += 1
+            again = call(True)
             if again.status is Status.OK and _spent(again) < _spent(first):
-                return again
+                # The lines the first run met first are its input's, not the second's news.
+                return _steer.with_news_of(again, first)
         return first
 
     def score(self, spent: float, chars: int) -> float:
@@ -462,6 +575,39 @@ def _save_best(database: Path, best: Iterable[tuple[Formula, int, float]], run: 
     ]
     with contextlib.suppress(OSError):
         (database / BEST_FILE).write_text(json.dumps(entries, indent=1), encoding="utf-8")
+
+
+#: Where the steered phase's worst input is written, as a corpus file, in the search's folder.
+WORST_FILE = "worst.toml"
+
+
+def _save_worst(database: Path, run: _Run, steered: _steer.Steered) -> None:
+    """The steered phase's worst input as a corpus case, with its cost curve: the hang that
+    ended the search, else the input that cost the most."""
+    worst = steered.worst()
+    case: Case | None
+    if run.hung_case is not None and run.hung_case.id.startswith(FAMILY):
+        case = run.hung_case
+        # Its parent's curve, then itself: it never finished, so it has no cost of its own.
+        child, parent = steered.trying or (None, None)
+        mine = child is not None and (child.text, child.truth) == (case.text, case.ground_truth)
+        curve = parent.curve if mine and parent is not None else ()
+        what, curve_how = "ran past its deadline", "as it was found, before it"
+    elif worst is not None:
+        text, truth = worst.input.text, worst.input.truth
+        case = next((c for c, _ in run.ran if c.text == text and c.ground_truth == truth), None)
+        curve, what, curve_how = tuple(worst.curve), "cost the most", "as it was found"
+        if len(steered.sizes) > 1:
+            curve, curve_how = tuple(steered.sizes), "at sizes of it"
+    else:
+        return
+    if case is None:
+        return
+    signal = steered.signal or "no signal"
+    points = ", ".join(f"{chars} chars: {cost:.3g}" for chars, cost in curve) or "none"
+    why = f"the steered search's worst input ({what}); cost in {signal}, {curve_how}: {points}"
+    with contextlib.suppress(OSError):
+        _found.write_case(database / WORST_FILE, case, case.text, f"steered-{database.name}", why)
 
 
 def _show(formula: Formula) -> str:

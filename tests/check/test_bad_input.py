@@ -164,6 +164,14 @@ def test_a_response_size_past_what_the_process_can_hold_is_refused(
     )
 
 
+def test_a_steer_value_that_is_not_on_or_off_names_its_source(project: pytest.Pytester) -> None:
+    result = usage(project, *FAST, *scorer_args("clean"), "--reward-hang-steer=yes")
+    usage_error(result, "ERROR: --reward-hang-steer: expected on or off, got 'yes'")
+    project.makeini("[pytest]\nreward_hang_steer = maybe\n")
+    result = usage(project, *FAST, *scorer_args("clean"))
+    usage_error(result, "ERROR: reward_hang_steer (ini): expected on or off, got 'maybe'")
+
+
 @pytest.mark.parametrize("key", ["reward_hang_compare", "reward_hang_strict_complexity"])
 def test_a_bool_ini_value_that_is_not_one_names_its_key(project: pytest.Pytester, key: str) -> None:
     project.makeini(f"[pytest]\n{key} = maybe\n")
