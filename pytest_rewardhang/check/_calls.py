@@ -160,7 +160,7 @@ class ScorerCall:
     def __call__(self, **kwargs: Any) -> Any:
         fn = self.load()
         if kwargs.pop(MEASURE, False):
-            called, ran = _measure.measured(lambda: self(**kwargs))
+            called, ran = _measure.measured(lambda: self(**kwargs), fn)
             return {**called, "measured": ran} if isinstance(called, dict) else called
         kwargs = _materialized(kwargs, self.materialize)
         del _SIGNAL_FAILURES[:]

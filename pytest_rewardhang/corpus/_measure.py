@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import inspect
 import os
 import platform
 import struct
@@ -59,10 +60,15 @@ _counter: int | None = None
 _counter_tried = False
 _tool: int | None = None
 _not_own_dirs: tuple[str, ...] = ()
+#: The folder of the scorer's own package (or file): its code is the scorer's wherever it lies,
+#: in site-packages too (verl's, TRL's scorers), where nothing else is.
+_scorer_dirs: tuple[str, ...] = ()
 
 
-def measured(call: Callable[[], T]) -> tuple[T, dict[str, Any]]:
-    """``call()``'s value, and what it ran: ``{"signal", "cost", "cpu_s", "new"}``."""
+def measured(call: Callable[[], T], scorer: object = None) -> tuple[T, dict[str, Any]]:
+    """``call()``'s value, and what it ran: ``{"signal", "cost", "cpu_s", "new"}``; ``scorer``
+    is the function it calls, whose package's code counts as its own."""
+    _note_scorer(scorer)
     counter = _instructions()
     tally = _Tally()
     started = time.process_time()
@@ -120,15 +126,34 @@ class _Tally:
 
 
 def own(code: CodeType) -> bool:
-    """Whether ``code`` is the scorer's: a file outside the standard library, site-packages
-    and this package."""
+    """Whether ``code`` is the scorer's: a file of its own package, or outside the standard
+    library, site-packages and this package."""
     found = _own.get(code)
     if found is None:
         if len(_own) >= MAX_KNOWN:  # code made afresh each call (an ``exec``) must not pile up
             _own.clear()
         name = code.co_filename
-        found = _own[code] = not name.startswith(("<", *_skipped_dirs()))
+        found = _own[code] = name.startswith(_scorer_dirs) or not name.startswith(
+            ("<", *_skipped_dirs())
+        )
     return found
+
+
+def _note_scorer(scorer: object) -> None:
+    """Take the folder of ``scorer``'s top-level package (its file's, outside one) as its own."""
+    global _scorer_dirs
+    code = getattr(inspect.unwrap(scorer), "__code__", None) if callable(scorer) else None
+    if code is None or code.co_filename.startswith("<"):
+        return
+    folder = os.path.dirname(os.path.abspath(code.co_filename))
+    while os.path.exists(os.path.join(folder, "__init__.py")):
+        parent = os.path.dirname(folder)
+        if not os.path.exists(os.path.join(parent, "__init__.py")):
+            break
+        folder = parent
+    if _scorer_dirs != (own_dir := os.path.join(folder, ""),):
+        _scorer_dirs = (own_dir,)
+        _own.clear()
 
 
 def _skipped_dirs() -> tuple[str, ...]:
@@ -227,9 +252,24 @@ def _instructions() -> int | None:
     return _counter
 
 
+#: Where the kernel lists the processor's own event counters (``cpu``, ``cpu_core`` on x86,
+#: ``armv8_pmuv3_0`` on arm); a virtual machine without one lists only software events.
+_PMU_DEVICES = "/sys/bus/event_source/devices"
+
+
+def _has_counter() -> bool:
+    try:
+        names = os.listdir(_PMU_DEVICES)
+    except OSError:
+        return False
+    return any(name == "cpu" or name.startswith(("cpu_", "armv")) for name in names)
+
+
 def _open_counter() -> int | None:
     number = _PERF_SYSCALL.get(platform.machine())
-    if number is None:
+    # Looked up before ctypes is: loading the C library through it retires the worker (see
+    # guard._worker), which on a machine without a counter would cost a fork per probe.
+    if number is None or not _has_counter():
         return None
     # struct perf_event_attr, its first version (64 bytes): type PERF_TYPE_HARDWARE (0), size,
     # config PERF_COUNT_HW_INSTRUCTIONS (1); flags: disabled, inherit (the threads the call

@@ -268,3 +268,14 @@ def test_the_worst_inputs_cost_curve_shows_how_its_cost_grows(tmp_path: Path) ->
     # below their cap, or in instructions).
     assert 3 < b / a < 5
     assert 3 < c / b < 5
+
+
+def test_the_code_of_a_scorers_own_package_counts_wherever_it_is_installed() -> None:
+    # The scorers people train with are installed (verl's, TRL's): site-packages was skipped
+    # whole, so their lines were never counted and the search had nothing to steer by. A
+    # function of the standard library stands in for one: its module's lines count as its own.
+    text = "degenerate " * 400
+    _, ran = _measure.measured(lambda: textwrap.fill(text, width=7), textwrap.fill)
+    if ran["signal"] == _measure.LINES:
+        assert ran["cost"] > 100, ran
+    assert ran["new"], ran
