@@ -201,14 +201,46 @@ def _start_monitoring(tally: _Tally) -> Callable[[], None]:
         counts[code, line] = counts.get((code, line), 0) + 1
         return None
 
+    def on_jump(code: CodeType, at: int, to: int) -> Any:
+        # A loop on one line (a comprehension, a generator expression) raises one LINE event
+        # in all: from 3.12 a line's event comes only when the line changes, where settrace
+        # saw every jump back. A jump within one line is counted as its line's event.
+        if not own(code):
+            return disable
+        lines = _lines_of(code)
+        line = lines.get(to)
+        if line is None or line != lines.get(at):
+            return None  # a LINE event follows
+        return on_line(code, line)
+
     monitoring.register_callback(tool, events.LINE, on_line)
-    monitoring.set_events(tool, events.LINE)
+    monitoring.register_callback(tool, events.JUMP, on_jump)
+    monitoring.set_events(tool, events.LINE | events.JUMP)
 
     def stop() -> None:
         monitoring.set_events(tool, 0)
         monitoring.register_callback(tool, events.LINE, None)
+        monitoring.register_callback(tool, events.JUMP, None)
 
     return stop
+
+
+_line_tables: dict[CodeType, dict[int, int]] = {}
+
+
+def _lines_of(code: CodeType) -> dict[int, int]:
+    """Each instruction offset of ``code`` to its line (bounded, as ``_own`` is)."""
+    table = _line_tables.get(code)
+    if table is None:
+        if len(_line_tables) >= MAX_KNOWN:
+            _line_tables.clear()
+        table = _line_tables[code] = {
+            offset: line
+            for start, end, line in code.co_lines()
+            if line is not None
+            for offset in range(start, end, 2)
+        }
+    return table
 
 
 def _start_tracing(tally: _Tally) -> Callable[[], None]:

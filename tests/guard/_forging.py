@@ -74,12 +74,14 @@ PAST_A_BOUND = [
 def crafted(kind: str, count: int, fields: int = 4) -> bytes:
     """A pickled answer of plain data, ``(ok, value, None, None)`` (and a 0 for ``fields`` 5),
     written opcode by opcode: its value a list of ``count`` empty sets (``sets``: about 220
-    bytes built a byte), of ``count`` Nones (``nones``), or a memo entry named ``count``
-    (``memo``)."""
+    bytes built a byte), of ``count`` Nones (``nones``), an empty list behind ``count`` protocol
+    opcodes (``protocols``), or a memo entry named ``count`` (``memo``)."""
     if kind == "sets":
         value = b"](" + b"\x8f" * count + b"e"
     elif kind == "nones":
         value = b"](" + b"N" * count + b"e"
+    elif kind == "protocols":  # the costliest bytes to check: one opcode each two, nothing built
+        value = b"](" + b"\x80\x05" * count + b"e"
     else:
         value = b"N" + b"r" + count.to_bytes(4, "little")
     return b"\x80\x05(\x8c\x02ok" + value + b"NN" + b"K\x00" * (fields - 4) + b"t."
