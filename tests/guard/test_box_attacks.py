@@ -179,7 +179,9 @@ _SUBREAPER_ROOT_SIBLING = pytest.mark.xfail(
     [
         ("cgroups", False),
         ("cgroups", True),
-        pytest.param("subreaper", False, marks=_SUBREAPER_ROOT_SIBLING),
+        # Slow tier: a strict xfail that waits out its sweeps (10 s each) in the README's five
+        # minutes said nothing the slow tier does not.
+        pytest.param("subreaper", False, marks=(_SUBREAPER_ROOT_SIBLING, pytest.mark.slow)),
         ("subreaper", True),
     ],
     ids=[
