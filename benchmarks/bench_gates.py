@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 COMMON = """\
 import json
@@ -134,8 +135,9 @@ def score(solution_str, ground_truth):
 QUICK = ("marker_gate", "clean_gate")
 
 
-def check(name: str, how: list[str]) -> tuple[str, str, float]:
-    """One check of one planted scorer in a fresh project: (verdict, case that hung, wall)."""
+def run_check(name: str, how: list[str]) -> tuple[dict[str, Any], float, list[str]]:
+    """One check of one planted scorer in a fresh project: (its JSON report's entry, the
+    run's wall time, the worst inputs its search wrote, ``worst.toml``)."""
     with tempfile.TemporaryDirectory(prefix="bench-gates-") as folder:
         root = Path(folder)
         (root / f"{name}.py").write_text(COMMON + SCORERS[name][1])
@@ -157,7 +159,14 @@ def check(name: str, how: list[str]) -> tuple[str, str, float]:
         subprocess.run(command, cwd=root, capture_output=True, timeout=900, check=False)
         wall = time.monotonic() - started
         report = json.loads((root / "r.json").read_text())
+        worst = [p.read_text() for p in (root / ".reward-hang" / "search").rglob("worst.toml")]
     (entry,) = report["scorers"]
+    return entry, wall, worst
+
+
+def check(name: str, how: list[str]) -> tuple[str, str, float]:
+    """One check of one planted scorer: (verdict, case that hung, wall)."""
+    entry, wall, _ = run_check(name, how)
     hung = next((case["id"] for case in entry["cases"] if case["hang"]), "-")
     return entry["status"], hung, wall
 

@@ -17,20 +17,14 @@ the steered runs had is printed below it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-from bench_gates import COMMON, SCORERS
+from bench_gates import QUICK, SCORERS, run_check
 
-QUICK = ("marker_gate", "clean_gate")
 WAYS = {"steered": "on", "unsteered (Hypothesis)": "off"}
 #: The steered search writes its worst input with the signal it had (``worst.toml``).
 _SIGNAL = re.compile(r"cost in (.+?), as it was found")
@@ -39,32 +33,13 @@ _SIGNAL = re.compile(r"cost in (.+?), as it was found")
 def search(name: str, steer: str, probes: int, seed: int) -> tuple[int | None, float, str]:
     """One search of one planted scorer in a fresh project: (the probe that found its hang or
     None, the run's wall time, the signal its steered probes had)."""
-    with tempfile.TemporaryDirectory(prefix="bench-steer-") as folder:
-        root = Path(folder)
-        (root / f"{name}.py").write_text(COMMON + SCORERS[name][1])
-        (root / "pytest.ini").write_text("[pytest]\n")
-        command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "--reward-hang-check",
-            "--reward-hang-confirm=2",
-            f"--reward-hang-scorer={name}.py:score",
-            "--reward-hang-json=r.json",
-            "--reward-hang-family=search",
-            f"--reward-hang-search={probes}",
-            f"--reward-hang-seed={seed}",
-            f"--reward-hang-steer={steer}",
-            "-q",
-        ]
-        started = time.monotonic()
-        subprocess.run(command, cwd=root, capture_output=True, timeout=900, check=False)
-        wall = time.monotonic() - started
-        report = json.loads((root / "r.json").read_text())
-        worst = [p.read_text() for p in (root / ".reward-hang" / "search").rglob("worst.toml")]
-    (entry,) = report["scorers"]
+    how = [
+        "--reward-hang-family=search",
+        f"--reward-hang-search={probes}",
+        f"--reward-hang-seed={seed}",
+        f"--reward-hang-steer={steer}",
+    ]
+    entry, wall, worst = run_check(name, how)
     hung = next((case for case in entry["cases"] if case["hang"]), None)
     # A search case's id is search-<probe>-<chars>: the probe is its place in the search.
     found = int(hung["id"].split("-")[1]) if hung is not None else None
