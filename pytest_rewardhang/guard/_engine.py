@@ -288,7 +288,7 @@ class Engine(Driver):
             self._steal(now)
 
     def _ended(self, worker: Worker) -> bool:
-        """Whether ``worker``'s pidfd says it has ended; the first time, when (``gone_at``)."""
+        """Whether ``worker``'s pidfd says it has ended, asked now if it has not said so."""
         if worker.gone_at is None:
             if worker.pidfd < 0:
                 return False
@@ -296,9 +296,13 @@ class Engine(Driver):
             ready.register(worker.pidfd, select.POLLIN)
             if not ready.poll(0):
                 return False
-            self.watched.unregister(worker.pidfd)
-            worker.gone_at = time.monotonic()
+            self._gone(worker)
         return True
+
+    def _gone(self, worker: Worker) -> None:
+        """Its pidfd said it ended: when (``gone_at``); the zygote's word of it comes next."""
+        self.watched.unregister(worker.pidfd)
+        worker.gone_at = time.monotonic()
 
     def _idle(self) -> bool:
         """Whether a worker has run dry with nothing left to hand it but what others hold."""
@@ -346,7 +350,7 @@ class Engine(Driver):
                 worker.write(self.watched)
             elif kind == "worker":
                 assert worker is not None
-                self._ended(worker)
+                self._gone(worker)
             elif kind == "zygote" and self.zygote is not None:
                 self.processes.messages(self._died)
             elif kind == "wake":
