@@ -63,6 +63,7 @@ _not_own_dirs: tuple[str, ...] = ()
 #: The folder of the scorer's own package (or file): its code is the scorer's wherever it lies,
 #: in site-packages too (verl's, TRL's scorers), where nothing else is.
 _scorer_dirs: tuple[str, ...] = ()
+_scorer_file = ""
 
 
 def measured(call: Callable[[], T], scorer: object = None) -> tuple[T, dict[str, Any]]:
@@ -141,10 +142,11 @@ def own(code: CodeType) -> bool:
 
 def _note_scorer(scorer: object) -> None:
     """Take the folder of ``scorer``'s top-level package (its file's, outside one) as its own."""
-    global _scorer_dirs
+    global _scorer_dirs, _scorer_file
     code = getattr(inspect.unwrap(scorer), "__code__", None) if callable(scorer) else None
-    if code is None or code.co_filename.startswith("<"):
-        return
+    if code is None or code.co_filename.startswith("<") or code.co_filename == _scorer_file:
+        return  # a worker scores one scorer: its folders are looked up once
+    _scorer_file = code.co_filename
     folder = os.path.dirname(os.path.abspath(code.co_filename))
     while os.path.exists(os.path.join(folder, "__init__.py")):
         parent = os.path.dirname(folder)
