@@ -369,6 +369,15 @@ def sample_metrics(out: Outcome, slow_s: float | None) -> dict[str, float]:
     return metrics
 
 
+def verl_row(value: Any, metrics: Mapping[str, float]) -> dict[str, Any]:
+    """A score and its sample's metrics as one dict, as verl's reward loop takes one (it makes
+    each key a ``reward_extra_info`` column): a dict's own keys, a number ``v`` as verl shows
+    one, ``score`` and ``acc`` both ``v``."""
+    if isinstance(value, dict):
+        return {**value, **metrics}
+    return {"score": value, "acc": value, **metrics}
+
+
 # --- several scorers on one pool -------------------------------------------------------------
 
 

@@ -19,14 +19,20 @@ place before the workflow is made::
 or make one yourself in a workflow of your own:
 ``self.async_reward_fn = GuardedRewardWrapper(reward_fn, timeout_seconds=15)``. ``max_workers``
 is the pool's ``workers`` (2 unless given); the guard's other keywords (``memory_mb``,
-``warmup``, ``hang_log``, ...) are taken too.
+``warmup``, ``hang_log``, ``slow_s``, ...) are taken too.
+
+Awaited in an AReaL workflow, each sample's metrics go where the workflow records its
+``reward``: AReaL's ``stats_tracker``, in the workflow's scope (``rollout``, or
+``eval-rollout``): ``reward_hang`` (1.0 for a sample that got the default) and, with ``slow_s``
+set, ``reward_seconds`` and ``reward_slow`` (``areal/workflow/rlvr.py:135``).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from pytest_rewardhang.adapters import generic
+from pytest_rewardhang.adapters import _shared, generic
 
 __all__ = ["GuardedRewardWrapper"]
 
@@ -48,4 +54,28 @@ class GuardedRewardWrapper(generic.PooledScorer):
         self.max_retries = max_retries  # never used: a hang is not tried again
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return await self.score(*args, **kwargs)
+        value, metrics = await self.score_with_metrics(*args, **kwargs)
+        _record(metrics, self.scoring)
+        return value
+
+
+#: Scorers whose ``slow_s`` could not be reported (no AReaL here), said once each.
+_unreported: set[str] = set()
+
+
+def _record(metrics: dict[str, float], scoring: _shared.Scoring) -> None:
+    """Into AReaL's stats tracker, as the workflow records its reward, where AReaL runs: the
+    workflow's context (a ``contextvars`` value) is this coroutine's. Never imported here."""
+    if "areal" not in sys.modules:
+        if scoring.slow_s is not None and scoring.name not in _unreported:
+            _unreported.add(scoring.name)
+            _shared.log.warning(
+                "%s: slow_s is set, but AReaL is not loaded in this process: its metrics are"
+                " not recorded",
+                scoring.name,
+            )
+        return
+    from areal import workflow_context
+    from areal.utils import stats_tracker
+
+    stats_tracker.get(workflow_context.stat_scope()).scalar(**metrics)

@@ -59,7 +59,9 @@ class RewardActor:
         max_processes: int | None = guard.MAX_PROCESSES,
         network: bool = True,
         unprivileged: bool = False,
+        slow_s: float | None = None,
     ) -> None:
+        _shared.check_slow_s(slow_s)
         self._options: dict[str, Any] = {
             "workers": workers,
             "budget": budget,
@@ -76,6 +78,8 @@ class RewardActor:
         if warmup is not None:
             _shared.learn_from_warmup(scorer, self.pool, warmup)
         self.default = default
+        #: Over this many seconds an item is slow; None: no timing metrics.
+        self.slow_s = slow_s
         self.statuses: Counter[str] = Counter()
         self._counting = threading.Lock()  # calls in flight run on Ray's threads at once
 
@@ -86,6 +90,17 @@ class RewardActor:
     def score_with_status(self, batch: Sequence[_Item]) -> list[tuple[Any, str]]:
         """One ``(score, status)`` per item: ``"ok"``, or why it got ``default`` (``"timeout"``,
         ``"crashed"``, ``"memory"``, ``"error"``)."""
+        return [(self._scored(out), out.status.value) for out in self._outcomes(batch)]
+
+    def score_with_metrics(self, batch: Sequence[_Item]) -> list[tuple[Any, dict[str, float]]]:
+        """One ``(score, metrics)`` per item, the metrics under the names every adapter uses:
+        ``reward_hang`` and, with ``slow_s``, ``reward_seconds`` and ``reward_slow``."""
+        return [
+            (self._scored(out), _shared.sample_metrics(out, self.slow_s))
+            for out in self._outcomes(batch)
+        ]
+
+    def _outcomes(self, batch: Sequence[_Item]) -> list[guard.Outcome]:
         items = list(batch)
         pool = self._live_pool()
         try:
@@ -96,7 +111,7 @@ class RewardActor:
             # It failed (in this thread, which drove it; another's outcomes say pool_ended).
             _log.warning("RewardActor: the pool failed; scored %r for its batch", self.default)
             outs = [guard.Outcome(guard.Status.ERROR, pool_ended=True)] * len(items)
-        return [self._scored(out) for out in outs]
+        return outs
 
     def _live_pool(self) -> guard.Pool:
         """The pool, made anew if it failed (a zygote that could not be started again)."""
@@ -107,8 +122,12 @@ class RewardActor:
 
     def compute_score(self, **kwargs: Any) -> Any:
         """One item by keyword, as verl's remote reward manager calls its reward workers
-        (``data_source``, ``solution_str``, ``ground_truth``, ``extra_info``)."""
-        return self._scored(self._live_pool().submit(**kwargs).result())[0]
+        (``data_source``, ``solution_str``, ``ground_truth``, ``extra_info``). With ``slow_s``,
+        a dict with the item's metrics, as the verl adapter answers (:func:`_shared.verl_row`)."""
+        out = self._live_pool().submit(**kwargs).result()
+        if self.slow_s is None:
+            return self._scored(out)
+        return _shared.verl_row(self._scored(out), _shared.sample_metrics(out, self.slow_s))
 
     def stats(self) -> dict[str, Any]:
         """This actor's process and node, and how many items ended in each status."""
@@ -122,13 +141,14 @@ class RewardActor:
             statuses = dict(self.statuses)
         return {"pid": os.getpid(), "node": node, "statuses": statuses}
 
-    def _scored(self, out: guard.Outcome) -> tuple[Any, str]:
+    def _scored(self, out: guard.Outcome) -> Any:
+        """The item's score (the scorer's value, or ``default``), counted by status."""
         with self._counting:
             self.statuses[out.status.value] += 1
         if out.ok:
             _shared.learn(self._scorer, out.value)
-            return out.value, out.status.value
-        return _shared.default_for(self._scorer, self.default), out.status.value
+            return out.value
+        return _shared.default_for(self._scorer, self.default)
 
 
 def actors_per_node(

@@ -429,10 +429,7 @@ def _reported(scoring: _shared.Scoring, value: Any, out: _Outcome) -> Any:
     ``reward_seconds``, ``reward_slow``), the same keys for every sample."""
     if scoring.slow_s is None:
         return value
-    metrics = scoring.metrics(out)
-    if isinstance(value, dict):
-        return {**value, **metrics}
-    return {"score": value, "acc": value, **metrics}
+    return _shared.verl_row(value, scoring.metrics(out))
 
 
 def _isolates(isolate: bool | None, data_source: Any) -> bool:

@@ -13,11 +13,13 @@ declared dict ``default`` or the warm-up, so each case runs in a fresh interpret
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -408,3 +410,165 @@ def _scorer_function(name: str) -> Any:
     from tests.adapters import _scorers
 
     return getattr(_scorers, name)
+
+
+# --- slime, verifiers, AReaL, the generic scorer and the Ray actor: each its trainer's channel ---
+
+
+def test_slime_notes_each_samples_metrics_and_logs_their_means_with_the_rollout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """slime 624b824a: each ``Sample`` has a ``metadata`` dict (slime/utils/types.py:142), and
+    ``log_rollout_data`` calls the custom rollout log function with the samples and the
+    rollout's extra metrics, logs that dict with its own unless it returns True
+    (slime/observability/rollout_metrics.py:256-271); the default rollout hands it a dict
+    (slime/rollout/sglang_rollout.py:470), another may hand None (slime/ray/rollout.py:583-606)."""
+    import asyncio
+    import types
+
+    from pytest_rewardhang.adapters.slime import log_reward_metrics, pooled_group_rm
+
+    rm = pooled_group_rm(spec("score"), budget=BUDGET, slow_s=0.05)
+    samples = [
+        types.SimpleNamespace(response=text, label="42", metadata={"row": i})
+        for i, text in enumerate(("= 42", "nap", "hang", "= 7"))
+    ]
+    assert asyncio.run(rm(None, samples)) == [1.0, 1.0, 0.0, 0.0]
+    assert [s.metadata["reward_hang"] for s in samples] == [0.0, 0.0, 1.0, 0.0]
+    assert [s.metadata["reward_slow"] for s in samples] == [0.0, 1.0, 1.0, 0.0]
+    assert samples[1].metadata["row"] == 1  # the dataset's own metadata kept
+    extra: dict[str, Any] = {"rollout/kept": 1}
+    assert log_reward_metrics(3, None, samples, extra, 9.0) is False  # slime logs on
+    assert extra["rollout/reward_hang"] == 0.25
+    assert extra["rollout/reward_slow"] == 0.5
+    assert extra["rollout/reward_seconds"] >= (BUDGET + 0.1) / 4
+    assert extra["rollout/kept"] == 1
+    assert log_reward_metrics(4, None, samples, None, 9.0) is False
+    assert "returns no metrics dict, so the reward metrics are not logged" in caplog.text
+
+
+async def verifiers_score_rollout(
+    funcs: list[Any], weights: list[float], state: dict[str, Any]
+) -> None:
+    """verifiers a60a606e ``Rubric.score_rollout`` (verifiers/legacy/rubrics/rubric.py:319-356):
+    each function in order, called with what its signature names of ``score_objects``
+    (:184-214, :125-141); ``metrics`` by each function's ``__name__``, ``reward`` weighted.
+    ``Rubric.add_metric`` (:74-76) appends a function with weight 0."""
+    scores = []
+    for func in funcs:
+        merged = {"completion": state["completion"], "answer": state["answer"], "state": state}
+        params = inspect.signature(func).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            merged = {k: v for k, v in merged.items() if k in params}
+        scores.append(float(await func(**merged)))
+    state["metrics"] = {func.__name__: score for func, score in zip(funcs, scores, strict=True)}
+    state["reward"] = sum(s * w for s, w in zip(scores, weights, strict=True))
+
+
+#: A rollout state holds clients: it would not pickle, and is never shipped.
+LOCK = threading.Lock()
+
+
+def test_verifiers_metrics_are_metric_only_rubric_functions_reading_the_rollouts_state() -> None:
+    import asyncio
+
+    from pytest_rewardhang.adapters.verifiers import pooled_rubric_func
+
+    correct = pooled_rubric_func(spec("correct_answer"), budget=BUDGET, slow_s=0.05)
+    kwargs_scorer = pooled_rubric_func(spec("acorrect_answer"), budget=BUDGET)
+    assert [m.__name__ for m in kwargs_scorer.metrics] == ["reward_hang"]  # no slow_s, no timing
+    funcs = [correct, kwargs_scorer, *correct.metrics]
+    weights = [1.0, 1.0, 0.0, 0.0, 0.0]
+
+    async def rollouts(texts: list[str]) -> list[dict[str, Any]]:
+        states = [
+            {"completion": [{"role": "assistant", "content": t}], "answer": "42", "lock": LOCK}
+            for t in texts
+        ]
+        await asyncio.gather(*(verifiers_score_rollout(funcs, weights, s) for s in states))
+        return states
+
+    ok, nap, hang = asyncio.run(rollouts(["= 42", "nap", "hang"]))
+    assert [s["reward"] for s in (ok, nap, hang)] == [2.0, 2.0, 0.0]
+    assert [s["metrics"]["reward_hang"] for s in (ok, nap, hang)] == [0.0, 0.0, 1.0]
+    assert [s["metrics"]["reward_slow"] for s in (ok, nap, hang)] == [0.0, 1.0, 1.0]
+    # Seconds add up over the guarded functions of a rollout: the hang and its twin.
+    assert hang["metrics"]["reward_seconds"] >= BUDGET
+    assert set(hang["reward_hang_metrics"]) == {"correct_answer", "acorrect_answer"}
+
+
+def test_areal_records_each_samples_metrics_in_the_workflows_stats_tracker_scope(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AReaL 4aef98d: the RLVR workflow records ``reward`` with
+    ``stats_tracker.get(workflow_context.stat_scope()).scalar(reward=reward)``
+    (areal/workflow/rlvr.py:135); ``stat_scope()`` is ``eval-rollout`` or ``rollout`` from a
+    context variable (areal/infra/workflow_context.py:51-59); ``get(name)`` makes one tracker per
+    scope, whose ``scalar(**kwargs)`` appends each value under its key
+    (areal/utils/stats_tracker.py:109-114, :307-312)."""
+    import asyncio
+    import contextvars
+    import types
+
+    from pytest_rewardhang.adapters.areal import GuardedRewardWrapper
+
+    recorded: dict[str, dict[str, list[float]]] = {}
+    is_eval = contextvars.ContextVar("is_eval", default=False)
+
+    class Tracker:
+        def __init__(self, scope: str) -> None:
+            self.stats = recorded.setdefault(scope, {})
+
+        def scalar(self, **kwargs: float) -> None:
+            for key, value in kwargs.items():
+                self.stats.setdefault(key, []).append(float(value))
+
+    areal = types.ModuleType("areal")
+    areal.workflow_context = types.SimpleNamespace(  # type: ignore[attr-defined]
+        stat_scope=lambda: "eval-rollout" if is_eval.get() else "rollout"
+    )
+    utils = types.ModuleType("areal.utils")
+    utils.stats_tracker = types.SimpleNamespace(get=Tracker)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "areal", areal)
+    monkeypatch.setitem(sys.modules, "areal.utils", utils)
+    wrapper = GuardedRewardWrapper(
+        spec("areal_gsm8k"), timeout_seconds=BUDGET, max_workers=2, slow_s=0.05
+    )
+
+    async def evaluate() -> list[Any]:
+        is_eval.set(True)
+        return await areal_rlvr_rewards(wrapper, ["so 42"])
+
+    assert asyncio.run(areal_rlvr_rewards(wrapper, ["so 42", "hang", "nap"])) == [1.0, 0.0, 1.0]
+    assert asyncio.run(evaluate()) == [1.0]
+    rollout = recorded["rollout"]
+    assert sorted(rollout["reward_hang"]) == [0.0, 0.0, 1.0]
+    assert sorted(rollout["reward_slow"]) == [0.0, 1.0, 1.0]
+    assert max(rollout["reward_seconds"]) >= BUDGET
+    assert recorded["eval-rollout"]["reward_hang"] == [0.0]
+
+
+def test_the_generic_scorer_and_the_ray_actor_give_each_samples_metrics() -> None:
+    import asyncio
+
+    from pytest_rewardhang.adapters.generic import PooledScorer
+    from pytest_rewardhang.adapters.ray import RewardActor
+
+    scorer = PooledScorer(spec("plain"), budget=BUDGET, slow_s=0.05)
+    value, metrics = scorer.score_sync_with_metrics("= 42", "42")
+    assert (value, metrics["reward_hang"], metrics["reward_slow"]) == (1.0, 0.0, 0.0)
+    assert set(metrics) == {"reward_hang", "reward_seconds", "reward_slow"}
+    value, metrics = asyncio.run(scorer.score_with_metrics("hang", "42"))
+    assert (value, metrics["reward_hang"], metrics["reward_slow"]) == (0.0, 1.0, 1.0)
+    actor = RewardActor(spec("compute_score"), workers=2, budget=BUDGET, slow_s=0.05)
+    try:
+        kwargs = {"data_source": "gsm8k", "ground_truth": "42"}
+        batch = [{"solution_str": text, **kwargs} for text in ("so 42", "nap", "hang")]
+        scored = actor.score_with_metrics(batch)
+        assert [value for value, _ in scored] == [1.0, 1.0, 0.0]
+        assert [m["reward_slow"] for _, m in scored] == [0.0, 1.0, 1.0]
+        assert [m["reward_hang"] for _, m in scored] == [0.0, 0.0, 1.0]
+        row = actor.compute_score(solution_str="so 42", **kwargs)  # verl's worker call: a dict
+        assert (row["score"], row["acc"], row["reward_hang"]) == (1.0, 1.0, 0.0)
+    finally:
+        actor.pool.close()
