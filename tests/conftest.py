@@ -150,6 +150,7 @@ _EXTRA_MODULES = {
     "serve": ("uvicorn",),
     "trl": ("trl", "torch"),
     "verl": ("verl", "tensordict", "omegaconf"),
+    "openrlhf": ("openrlhf", "aiohttp"),
 }
 
 

@@ -124,3 +124,18 @@ def serving(
         reader.join(timeout=10)
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def scrape(server: Server) -> dict[str, float]:
+    """The server's /metrics, each sample line by name and labels."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{server.base}/metrics", timeout=10) as answer:  # noqa: S310
+        text = answer.read().decode()
+        assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out

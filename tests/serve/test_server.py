@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.serve._scorers import HANG, SCORER
-from tests.serve._server import Server, serving
+from tests.serve._server import Server, scrape, serving
 
 pytestmark = [
     pytest.mark.slow,
@@ -150,21 +150,6 @@ def gym_verify_body(text: str, expected: str) -> dict[str, Any]:
     }
 
 
-def scrape(server: Server) -> dict[str, float]:
-    """The server's /metrics, each sample line by name and labels."""
-    import urllib.request
-
-    with urllib.request.urlopen(f"{server.base}/metrics", timeout=10) as answer:  # noqa: S310
-        text = answer.read().decode()
-        assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
-
-
 # --- the trainers ------------------------------------------------------------------------------
 
 
@@ -195,57 +180,6 @@ def test_openrlhf_gets_rewards_and_the_hang_marked_within_the_budget() -> None:
         assert metrics['rewardhang_serve_requests_total{path="/get_reward",code="200"}'] == 2
         (defaulted,) = server.events("defaulted")
         assert defaulted["status"] == "timeout"
-
-
-class OpenRLHFClient:
-    """OpenRLHF 0.11.2's ``SingleTurnAgentExecutor`` reward client (openrlhf/utils/agent.py:
-    190-195,286-300,327-365 of its wheel): the URLs cycled with ``itertools.cycle`` across calls
-    as well as shards (a rollout sends one query, so each call goes to the next URL), no shard
-    sent empty, and the first answer's ``rewards``, ``scores`` and ``extra_logs`` kept."""
-
-    def __init__(self, urls: list[str]) -> None:
-        import itertools
-
-        self.urls = urls
-        self.cycle = itertools.cycle(urls)
-
-    async def reward(self, query: str, prompt: str, label: str) -> Any:
-        queries, prompts, labels = [query], [prompt], [label]
-        size = (len(queries) + len(self.urls) - 1) // len(self.urls)
-        tasks = []
-        for i in range(len(self.urls)):
-            start = i * size
-            if start >= len(queries):
-                break
-            payload = {
-                "query": queries[start : start + size],
-                "prompts": prompts[start : start + size],
-                "labels": labels[start : start + size],
-            }
-            tasks.append(asyncio.create_task(openrlhf_post(next(self.cycle), payload)))
-        answers = await asyncio.gather(*tasks)
-        return answers[0]
-
-
-def test_openrlhf_cycles_its_urls_over_two_replicas_and_each_answers_its_hangs() -> None:
-    with (
-        serving("--style", "openrlhf", *SERVE) as first,
-        serving("--style", "openrlhf", *SERVE) as second,
-    ):
-        client = OpenRLHFClient([first.url, second.url])
-        samples = [("Q: 6*7? 42", "Q: 6*7?", "42")] * 5 + [(f"Q: loop? {HANG} 9", "Q: loop?", "9")]
-
-        async def rollouts() -> list[Any]:
-            return list(await asyncio.gather(*(client.reward(*s) for s in samples)))
-
-        started = time.monotonic()
-        answers = run(rollouts())
-        assert time.monotonic() - started < BUDGET + SLACK
-        assert [a["rewards"] for a in answers] == [[1.0]] * 5 + [[0.0]]
-        assert [a["extra_logs"]["reward_hang"] for a in answers] == [[0.0]] * 5 + [[1.0]]
-        for server in (first, second):  # every call one sample, none empty, half each
-            metrics = scrape(server)
-            assert metrics['rewardhang_serve_requests_total{path="/get_reward",code="200"}'] == 3
 
 
 def test_one_request_of_twenty_thousand_samples_is_scored_whole_and_health_answers() -> None:
