@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._contain import containment
-from ._decode import died, item_answer, output_text, stack_text
+from ._decode import DECODE_TIME_S, died, item_answer, output_text, stack_text
 from ._driver import said
 from ._fork import out_of_memory
 from ._handle import DEAD, NEXT, NOT_STARTED, Watched, Worker
@@ -39,6 +39,7 @@ from ._schedule import Schedule
 from ._wire import (
     CHUNK,
     OUTPUT_LIMIT,
+    RESULT_LIMIT,
     RETIRED,
     STACK_LIMIT,
     ResultFields,
@@ -55,6 +56,13 @@ _DECODER_IDLE_S = 0.2
 #: large answer's decoding (up to DECODE_TIME_S) never holds up a small one: at about 1.7 s a
 #: megabyte for the costliest bytes, one of these costs at most about 0.1 s.
 SMALL_ANSWER = 64 << 10
+#: How long an answer may wait for its decoding thread, behind the answers before it: past
+#: this it is an ERROR, never decoded. With DECODE_TIME_S and the build (about 0.2 s), what
+#: bounds when an answered item's outcome comes, whatever the answers before it hold.
+DECODE_WAIT_S = 4 * DECODE_TIME_S
+#: The bytes of answers one decoding thread holds waiting, at most: an answer past it is an
+#: ERROR at once, never held (the caller's memory is not the calls' to fill).
+QUEUED_LIMIT = 4 * RESULT_LIMIT
 
 
 def answer_outcome(
@@ -106,16 +114,23 @@ class Decoder:
         #: Whether the thread runs; under ``lock``, so that a job put as it ends is not left.
         self.running = False
         self.lock = threading.Lock()
+        #: The bytes of the answers waiting, under ``lock``: at most QUEUED_LIMIT.
+        self.queued = 0
 
-    def put(self, *job: Any) -> None:
-        """Decode ``(index, fields, data, drained, budget, objects, confined)`` in turn."""
+    def put(self, index: int, fields: ResultFields, data: bytes, *rest: Any) -> bool:
+        """Decode ``(index, fields, data, drained, budget, objects, confined)`` in turn; False
+        when that would hold more than QUEUED_LIMIT bytes waiting (nothing is held then)."""
         with self.lock:
-            self.jobs.put(job)
+            if self.queued + len(data) > QUEUED_LIMIT:
+                return False
+            self.queued += len(data)
+            self.jobs.put((time.monotonic(), index, fields, data, *rest))
             if not self.running:
                 self.running = True
                 thread = threading.Thread(target=self._decoding, name="rewardhang-decode")
                 thread.daemon = True
                 thread.start()
+        return True
 
     def close(self) -> None:
         """Let the thread end once what it holds is decoded (for nobody, if the pool closed)."""
@@ -137,9 +152,20 @@ class Decoder:
                         self.running = False
                         return
                 continue
-            index, fields, data, drained, budget, objects, confined = job
+            arrived, index, fields, data, drained, budget, objects, confined = job
+            with self.lock:
+                self.queued -= len(data)
+            waited = time.monotonic() - arrived
             try:
-                outcome = answer_outcome(fields, data, 0, drained, budget, objects, confined)
+                if waited > DECODE_WAIT_S:
+                    outcome = undecoded(
+                        fields,
+                        f"its answer ({len(data):,} bytes) waited {waited:.1f} s to be decoded,"
+                        f" behind other large answers, past DECODE_WAIT_S ({DECODE_WAIT_S:g} s)",
+                        budget,
+                    )
+                else:
+                    outcome = answer_outcome(fields, data, 0, drained, budget, objects, confined)
             except BaseException as exc:  # noqa: BLE001 - never a silent loss of the item
                 error = f"{said(exc)} in decoding the answer"
                 outcome = Outcome(Status.ERROR, error=error, budget=budget)
@@ -147,6 +173,19 @@ class Decoder:
             if method is not None:
                 method(Decoded(index, outcome))
             del job, data, outcome, method
+
+
+def undecoded(fields: ResultFields, why: str, budget: float) -> Outcome:
+    """An answer not decoded, for ``why``: an ERROR, with the times its frame carried (checked
+    against the caller's clock, see implausible)."""
+    return Outcome(
+        Status.ERROR,
+        error=f"ValueError: {why}",
+        wall_s=fields.wall,
+        cpu_s=fields.cpu,
+        budget=budget,
+        mechanism=_FORK,
+    )
 
 
 def death_outcome(
@@ -345,7 +384,13 @@ class Answers:
         # Anything more is decoded beside the loop, never in it: see Decoder.
         data = bytes(buffer[at : at + fields.output_size + size])
         decoder = self.decoders[len(data) > SMALL_ANSWER]
-        decoder.put(index, fields, data, drained, self.budget, self.objects, worker.confined)
+        rest = (drained, self.budget, self.objects, worker.confined)
+        if not decoder.put(index, fields, data, *rest):
+            why = (
+                f"its answer ({len(data):,} bytes) came while {decoder.queued:,} bytes of answers"
+                f" waited to be decoded, past QUEUED_LIMIT ({QUEUED_LIMIT:,})"
+            )
+            self.ledger.finish(index, undecoded(fields, why, self.budget))
 
     def _forged(self, worker: Worker, why: str) -> None:
         """What ``worker`` sent cannot be an answer: nothing more from it is believed, and it is

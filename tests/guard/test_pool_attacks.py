@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import Pool, Status
+from pytest_rewardhang.guard import Pool, Status, _answers
 from pytest_rewardhang.guard._wire import RESULT_LIMIT, RETIRED
 from tests._procs import python_c
 from tests.conftest import assert_dead, dead_or_dying, state
@@ -1000,6 +1000,24 @@ def test_a_small_answer_is_not_held_up_behind_large_ones() -> None:
     last_small = max(at for name, at in done.items() if name.startswith("small"))
     pending = [name for name, at in done.items() if name.startswith("big") and at > last_small]
     assert len(pending) >= 4, sorted(done, key=done.__getitem__)
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("bound", ["DECODE_WAIT_S", "QUEUED_LIMIT"])
+def test_answers_wait_to_be_decoded_a_bounded_time_and_hold_a_bounded_size(
+    bound: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Answers waited to be decoded in a queue with no bound: each worker's crafted answers,
+    # 0.1 to 0.2 s each to check, put the later items' outcomes off by as long as they came,
+    # each answer's bytes held in the caller meanwhile. The bounds are made small here (the
+    # decoding threads are this process's) so that a few answers reach them.
+    monkeypatch.setattr(_answers, bound, 0.3 if bound == "DECODE_WAIT_S" else 1 << 20)
+    with Pool(answers_with, workers=2, budget=GENEROUS) as pool:
+        outs = pool.map([("protocols", 250_000)] * 20)
+    refused = [o for o in outs if o.status is Status.ERROR and bound in (o.error or "")]
+    assert refused, [o.describe() for o in outs]
+    decoded = [o for o in outs if o not in refused]
+    assert all(o.ok and o.value == [] for o in decoded), [o.describe() for o in outs]
 
 
 EMFILE = """
