@@ -31,6 +31,8 @@ from pytest_rewardhang.adapters import _shared
 __all__ = ["PooledGroupRM", "PooledRM", "log_reward_metrics", "pooled_group_rm", "pooled_rm"]
 
 _METRICS = (_shared.HANG_METRIC, _shared.SECONDS_METRIC, _shared.SLOW_METRIC)
+#: What :func:`log_reward_metrics` has said already: once a process.
+_said: set[str] = set()
 
 _FIELDS = ("response", "label", "prompt", "metadata")
 
@@ -101,10 +103,6 @@ def log_reward_metrics(
             ", ".join(sorted(means)),
         )
     return False
-
-
-#: What :func:`log_reward_metrics` has said already: once a process.
-_said: set[str] = set()
 
 
 #: slime's per-sample ``rm(args, sample)`` scoring ``scorer`` on a guarded pool.
