@@ -46,7 +46,7 @@ def test_a_metric_quadratic_in_the_reference_is_found_on_a_long_reference(
     flagged = [case for case in entry["cases"] if case["status"] != "ok"]
     assert flagged, entry["cases"]
     for case in flagged:
-        assert case["id"].endswith(("-long-reference", "-long-pair")), case["id"]
+        assert case["id"].endswith(("-long-reference", "-long-pair", "-shifted")), case["id"]
         assert len(case["ground_truth"]) == _cases.TRUTH_CHARS
     # Every case with a short ground truth finished: the 4 KiB responses alone cost nothing.
     short = [c for c in entry["cases"] if c["ground_truth"] and len(c["ground_truth"]) < 100]
@@ -57,7 +57,7 @@ def test_a_metric_quadratic_in_the_reference_is_found_on_a_long_reference(
 
 def test_long_references_are_as_long_as_promised_and_the_pair_is_a_near_match() -> None:
     base = _cases.Case("f-1", "f", "short response", "d", "42")
-    reference, pair = _cases.long_reference_variants([base])
+    reference, pair, _shifted = _cases.long_reference_variants([base])
     assert reference.text == "short response"
     assert len(reference.ground_truth or "") == _cases.TRUTH_CHARS
     assert len(pair.text) == _cases.TRUTH_CHARS
@@ -67,6 +67,31 @@ def test_long_references_are_as_long_as_promised_and_the_pair_is_a_near_match() 
     assert len(truth) == len(words)
     changed = sum(a != b for a, b in zip(words, truth, strict=True))
     assert len(words) // 6 <= changed <= len(words) // 4
+
+
+def test_the_first_family_has_a_shifted_pair_and_longer_ones_where_its_cases_reach() -> None:
+    # sacrebleu's TER passed on the near match at every size, and took 16 s on 4 KiB whose
+    # blocks of words were reordered (each a shift to search); ROUGE-L passed at 4 KiB.
+    ladder = [_cases.Case(f"f-{n}", "f", "a " * (n // 2), "d") for n in (64, 32768)]
+    first = _cases.long_reference_variants(ladder)
+    assert [c.id.removeprefix("f-64") for c in first] == [
+        "-long-reference",
+        "-long-pair",
+        "-long-pair-shifted",
+        "-long-pair-16k",
+        "-long-pair-shifted-16k",
+    ]
+    shifted = first[2]
+    assert sorted(shifted.text.split(" ")) == sorted((shifted.ground_truth or "").split(" "))
+    assert shifted.text != shifted.ground_truth
+    assert shifted.text.split(" ")[:10] == (shifted.ground_truth or "").split(" ")[-10:]
+    longer = first[3]
+    assert len(longer.text) == _cases.LONG_PAIR_CHARS
+    assert len((longer.ground_truth or "").split(" ")) == len(longer.text.split(" "))
+    others = _cases.long_reference_variants(ladder, reference_alone=False)
+    assert [(c.id, len(c.text)) for c in others] == [("f-64-long-pair", _cases.TRUTH_CHARS)]
+    short = _cases.long_reference_variants(ladder[:1])  # a run's max chars below 16 KiB: none
+    assert all(len(c.text) <= _cases.TRUTH_CHARS for c in short)
 
 
 def test_a_reference_alone_is_tried_once_a_run_and_each_family_has_its_long_pair(

@@ -103,6 +103,7 @@ def test_user_corpus_shadows_and_family_selection(project: pytest.Pytester) -> N
     assert {i for i in ids if "-long-" in i} == {
         "halves-64-long-pair",
         "repetition-128-long-pair",
+        "repetition-128-long-pair-shifted",
         "repetition-128-long-reference",
     }
 
