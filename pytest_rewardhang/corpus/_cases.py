@@ -175,10 +175,10 @@ def long_reference_variants(cases: Sequence[Case], *, reference_alone: bool = Tr
     :data:`TRUTH_CHARS` characters long, one the other with every fifth word changed; and, with
     ``reference_alone``, before it, the family's response (as the ground-truth variants take
     it) against a reference that long, and after it the pair with the response's blocks of
-    words in reverse order (:func:`_shifted`), then both pairs again at
-    :data:`LONG_PAIR_CHARS` (within the family's longest case). What the reference alone costs
-    is the same whatever the response, and the other pairs add no more in another family: one
-    family of a run carries those cases (``_checker.plan``), not every one."""
+    words in reverse order (:func:`_shifted`), then the family's longest response against that
+    reference. What the reference alone costs is the same whatever the response, and the
+    other cases add no more in another family: one family of a run carries them
+    (``_checker.plan``), not every one."""
     if not cases:
         return []
     within = [c for c in cases if len(c.text) <= TRUTH_CHARS]
@@ -195,13 +195,23 @@ def long_reference_variants(cases: Sequence[Case], *, reference_alone: bool = Tr
         long_reference(),
         provenance=base.provenance,
     )
-    sizes = [TRUTH_CHARS] + [LONG_PAIR_CHARS] * (max(len(c.text) for c in cases) >= LONG_PAIR_CHARS)
-    return [alone] + [_pair(base, chars, shifted) for chars in sizes for shifted in (False, True)]
+    pairs = [_pair(base, TRUTH_CHARS), _pair(base, TRUTH_CHARS, shifted=True)]
+    longest = max(cases, key=lambda c: len(c.text))
+    if len(longest.text) <= TRUTH_CHARS:
+        return [alone, *pairs]
+    # A policy's degenerate response against a dataset's reference of a usual length: a
+    # metric that aligns the two (ROUGE-L) costs as their product.
+    against = Case(
+        f"{longest.id}-against-long-reference",
+        longest.family,
+        longest.text,
+        f"{longest.description}; a reference of {TRUTH_CHARS} characters",
+        long_reference(),
+        provenance=longest.provenance,
+    )
+    return [alone, *pairs, against]
 
 
-#: How long the run's first family's longer pairs are: a text metric of two long texts that
-#: passes at 4 KiB (ROUGE-L's alignment) takes seconds at 16.
-LONG_PAIR_CHARS = 4 * TRUTH_CHARS
 #: The words a block of :func:`_shifted` moves.
 SHIFT_WORDS = 10
 
@@ -210,10 +220,9 @@ def _pair(base: Case, chars: int, shifted: bool = False) -> Case:
     """``base``'s response lengthened to ``chars``, against a reference as long: the reference
     with every fifth word changed, or, ``shifted``, the response with its blocks reordered."""
     pair = (base.text + " " + long_reference(chars))[:chars]
-    size = "" if chars == TRUTH_CHARS else f"-{chars // 1024}k"
     if shifted:
         return Case(
-            f"{base.id}-long-pair-shifted{size}",
+            f"{base.id}-long-pair-shifted",
             base.family,
             _shifted(pair),
             f"{base.description}, lengthened to {chars} characters, its blocks of "
@@ -222,7 +231,7 @@ def _pair(base: Case, chars: int, shifted: bool = False) -> Case:
             provenance=base.provenance,
         )
     return Case(
-        f"{base.id}-long-pair{size}",
+        f"{base.id}-long-pair",
         base.family,
         pair,
         f"{base.description}, lengthened to {chars} characters; its reference as long, every "
