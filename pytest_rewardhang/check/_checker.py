@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_rewardhang.corpus import _cases, _format, _found, _frames, _growth, _harvest
+from pytest_rewardhang.corpus import _cases, _format, _found, _frames, _growth, _harvest, _steer
 from pytest_rewardhang.corpus._cases import Case
 from pytest_rewardhang.corpus._format import Formula
 from pytest_rewardhang.guard import run
@@ -161,6 +161,10 @@ class ScorerCheck:
         self._again_reported: set[str] = set()
         #: Per family, the cases not run after its hang was confirmed (set by run_family).
         self.skipped: dict[str, int] = {}
+        #: What the search's probes were measured by (``_measure``'s signal), or why none was:
+        #: said in the report whether or not the search found anything. Set by _search, for
+        #: the family running.
+        self.search_signal: str | None = None
         #: The running family is expected to hang (``expect=hang``, ``reward_hang_known``): its
         #: timeouts are re-run for one deadline, not taken to ``--reward-hang-confirm``.
         self._expected = False
@@ -231,6 +235,7 @@ class ScorerCheck:
         """
         info, example = self._prepare()
         self.skipped[family] = 0
+        self.search_signal = None
         self._expected = expect_hang
         if family == SEARCH:
             results = self._search(info, example)
@@ -499,7 +504,15 @@ class ScorerCheck:
             kwargs = _calls.with_case(info, example, self.scorer.kind, text)
             if truth is not None and takes_truth:
                 kwargs = _calls.with_truth(info, kwargs, truth)
-            return self.workers.call(self.primary, {**kwargs, _calls.MEASURE: measure})
+            out = self.workers.call(self.primary, {**kwargs, _calls.MEASURE: measure})
+            read = _steer.reading(out.value) if measure else None
+            if read is not None and read.signal:
+                self.search_signal = f"steered by {read.signal}"
+            return out
+
+        self.search_signal = (
+            "not steered (--reward-hang-steer off)" if not self.settings.steer else None
+        )
 
         database = self.rootdir / ".reward-hang" / "search" / self.scorer.id
         ran = _search.search(
@@ -516,6 +529,8 @@ class ScorerCheck:
             seeds=self._steer_seeds(info, example),
             truths=[shape[1] for shape in _cases.TRUTHS] if takes_truth else [],
         )
+        if self.search_signal is None:
+            self.search_signal = "not steered (its worker measured nothing)"
         if any(outcome.status is Status.TIMEOUT for _, outcome in ran):
             # The search stops at its first confirmed timeout: the probes it did not spend.
             self.skipped[SEARCH] = max(self.settings.search - len(ran), 0)

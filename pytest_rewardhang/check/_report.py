@@ -444,6 +444,8 @@ def item_record(
             record["defined_at"] = [_relative(str(file), check.rootdir), line]
     if "known" in check.scorer.extra:
         record["known_from"] = check.scorer.extra["known"]
+    if check.search_signal is not None:  # the search family's, set as it ran
+        record["search_signal"] = check.search_signal
     if verdict.problem:
         record["problem"] = verdict.problem
     return record
@@ -555,6 +557,8 @@ class Summary:
             entry["expect_hang"] = record.get("expect_hang", False)
             if "known_from" in record:
                 entry["known_from"] = record["known_from"]
+            if "search_signal" in record:
+                entry["search_signal"] = record["search_signal"]
             if "problem" in record:  # why it could not be checked, as the failure says
                 entry.setdefault("problem", record["problem"])
         for skipped in sorted(self.not_run, key=lambda r: (r["id"], r["family"])):

@@ -180,6 +180,7 @@ class FakeCheck:
     takes_truth: bool = True
     hangs_on_anything: tuple[str, str] | None = None
     source: tuple[Path | None, int | None] = (None, None)  # its def, not to be found
+    search_signal: str | None = None  # no search ran
 
 
 VERDICTS = {

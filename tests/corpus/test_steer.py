@@ -223,8 +223,32 @@ def test_the_check_steers_its_search_past_two_gates_and_says_by_what(
     )
     worst = pytester.path / ".reward-hang" / "search" / "gated.compute_score" / "worst.toml"
     assert "ran past its deadline" in worst.read_text()
+    result.stdout.fnmatch_lines(["gated.compute_score: its search was steered by line events*"])
     plain = pytester.runpytest_subprocess(*args, "--reward-hang-steer=off")
     plain.assert_outcomes(passed=1)
+    plain.stdout.fnmatch_lines(
+        ["gated.compute_score: its search was not steered (--reward-hang-steer off)"]
+    )
+
+
+def test_a_search_that_finds_nothing_still_says_what_steered_it(pytester: pytest.Pytester) -> None:
+    # The signal was said only in the cases the search reported: a clean run's report, the
+    # one that says the scorer is fine, never said whether the search could see anything.
+    pytester.makepyfile(clean="def compute_score(response, ground_truth):\n    return 0.0\n")
+    pytester.makeini("[pytest]\n")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--reward-hang-check",
+        "--reward-hang-scorer=clean.py:compute_score",
+        "--reward-hang-family=search",
+        "--reward-hang-search=40",
+        "--reward-hang-json=r.json",
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["clean.compute_score: its search was steered by line events*"])
+    (entry,) = json.loads((pytester.path / "r.json").read_text())["scorers"]
+    assert entry["search_signal"].startswith("steered by line events")
 
 
 def test_a_retimed_call_keeps_the_lines_its_first_run_met_first() -> None:
