@@ -149,6 +149,7 @@ def check(
     return result, entry
 
 
+@pytest.mark.slow  # waits out its re-run's deadlines, 13 s: the slow tier
 def test_a_case_that_ends_under_ten_deadlines_is_slow_not_a_hang(project: pytest.Pytester) -> None:
     result, entry = check(project, "slow_past", 8192)
     assert result.ret == 1  # past the deadline still fails the run

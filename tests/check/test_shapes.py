@@ -109,6 +109,7 @@ def run(
     return result, reported(pytester)
 
 
+@pytest.mark.slow  # 15 s of real check runs, one per shape: the slow tier
 def test_each_shape_is_called_or_refused_in_one_line(shapes: pytest.Pytester) -> None:
     names = ("verl_batch", "plain_batch", "via_executor", "odd_names", "RUBRIC", "needs_setup")
     result, by_id = run(shapes, *names)
@@ -189,14 +190,14 @@ def test_a_confirmed_hang_stops_its_family_and_says_how_many_cases_it_skipped(
     result.stdout.fnmatch_lines(
         [
             "hangs: case power-tower-* ran past the 1 s deadline",
-            "stopped after the confirmed hang: 23 case(s) skipped*",
+            "stopped after the confirmed hang: 24 case(s) skipped*",
         ]
     )
-    result.stdout.re_match_lines([r"shapes\.always_hangs +single +1 +23 .* hang"])
+    result.stdout.re_match_lines([r"shapes\.always_hangs +single +1 +24 .* hang"])
     entry = by_id["shapes.always_hangs"]
-    # The family's 3 other cases, its 12 ground-truth variants, its 2 long references and its
-    # response in the example's frame under 6 ground truths.
-    assert entry["skipped"] == 23
+    # The family's 3 other cases, its 12 ground-truth variants, its 3 long references (alone,
+    # the pair, the pair shifted) and its response in the example's frame under 6 ground truths.
+    assert entry["skipped"] == 24
     # The hang and its one confirmation, not a deadline per case.
     assert len(entry["cases"]) == 1
     assert entry["cases"][0]["fresh_status"] == "timeout"
