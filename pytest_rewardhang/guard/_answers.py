@@ -161,7 +161,7 @@ class Decoder:
                     outcome = undecoded(
                         fields,
                         f"its answer ({len(data):,} bytes) waited {waited:.1f} s to be decoded,"
-                        f" behind other large answers, past DECODE_WAIT_S ({DECODE_WAIT_S:g} s)",
+                        f" behind the answers before it, past DECODE_WAIT_S ({DECODE_WAIT_S:g} s)",
                         budget,
                     )
                 else:
