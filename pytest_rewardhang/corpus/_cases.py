@@ -186,57 +186,50 @@ def long_reference_variants(cases: Sequence[Case], *, reference_alone: bool = Tr
         max(within, key=lambda c: len(c.text)) if within else min(cases, key=lambda c: len(c.text))
     )
     if not reference_alone:
-        return [_pair(base, TRUTH_CHARS)]
-    alone = Case(
-        f"{base.id}-long-reference",
-        base.family,
-        base.text,
-        f"{base.description}; a reference of {TRUTH_CHARS} characters",
-        long_reference(),
-        provenance=base.provenance,
-    )
-    pairs = [_pair(base, TRUTH_CHARS), _pair(base, TRUTH_CHARS, shifted=True)]
+        return [_pair(base)]
+    variants = [_with_long_reference(base, "long-reference"), _pair(base), _pair(base, True)]
     longest = max(cases, key=lambda c: len(c.text))
-    if len(longest.text) <= TRUTH_CHARS:
-        return [alone, *pairs]
-    # A policy's degenerate response against a dataset's reference of a usual length: a
-    # metric that aligns the two (ROUGE-L) costs as their product.
-    against = Case(
-        f"{longest.id}-against-long-reference",
-        longest.family,
-        longest.text,
-        f"{longest.description}; a reference of {TRUTH_CHARS} characters",
-        long_reference(),
-        provenance=longest.provenance,
-    )
-    return [alone, *pairs, against]
+    if len(longest.text) > TRUTH_CHARS:
+        # A policy's degenerate response against a dataset's reference of a usual length: a
+        # metric that aligns the two (ROUGE-L) costs as their product.
+        variants.append(_with_long_reference(longest, "against-long-reference"))
+    return variants
 
 
 #: The words a block of :func:`_shifted` moves.
 SHIFT_WORDS = 10
 
 
-def _pair(base: Case, chars: int, shifted: bool = False) -> Case:
-    """``base``'s response lengthened to ``chars``, against a reference as long: the reference
-    with every fifth word changed, or, ``shifted``, the response with its blocks reordered."""
-    pair = (base.text + " " + long_reference(chars))[:chars]
-    if shifted:
-        return Case(
-            f"{base.id}-long-pair-shifted",
-            base.family,
-            _shifted(pair),
-            f"{base.description}, lengthened to {chars} characters, its blocks of "
-            f"{SHIFT_WORDS} words in reverse order; its reference the words in order",
-            pair,
-            provenance=base.provenance,
-        )
+def _with_long_reference(case: Case, suffix: str) -> Case:
+    """``case``'s response against a reference of :data:`TRUTH_CHARS` characters."""
     return Case(
-        f"{base.id}-long-pair",
+        f"{case.id}-{suffix}",
+        case.family,
+        case.text,
+        f"{case.description}; a reference of {TRUTH_CHARS} characters",
+        long_reference(),
+        provenance=case.provenance,
+    )
+
+
+def _pair(base: Case, shifted: bool = False) -> Case:
+    """``base``'s response lengthened to :data:`TRUTH_CHARS`, against a reference as long: the
+    reference with every fifth word changed, or, ``shifted``, the response with its blocks
+    reordered."""
+    pair = (base.text + " " + long_reference())[:TRUTH_CHARS]
+    if shifted:
+        suffix, text, truth = "-shifted", _shifted(pair), pair
+        how = f", its blocks of {SHIFT_WORDS} words in reverse order; its reference the words"
+        how += " in order"
+    else:
+        suffix, text, truth = "", pair, _edited(pair)
+        how = "; its reference as long, every fifth word changed"
+    return Case(
+        f"{base.id}-long-pair{suffix}",
         base.family,
-        pair,
-        f"{base.description}, lengthened to {chars} characters; its reference as long, every "
-        "fifth word changed",
-        _edited(pair),
+        text,
+        f"{base.description}, lengthened to {TRUTH_CHARS} characters{how}",
+        truth,
         provenance=base.provenance,
     )
 

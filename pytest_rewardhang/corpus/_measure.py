@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import inspect
 import os
 import platform
@@ -227,22 +228,15 @@ def _start_monitoring(tally: _Tally) -> Callable[[], None]:
     return stop
 
 
-_line_tables: dict[CodeType, dict[int, int]] = {}
-
-
+@functools.lru_cache(maxsize=MAX_KNOWN)  # code made afresh each call must not pile up
 def _lines_of(code: CodeType) -> dict[int, int]:
-    """Each instruction offset of ``code`` to its line (bounded, as ``_own`` is)."""
-    table = _line_tables.get(code)
-    if table is None:
-        if len(_line_tables) >= MAX_KNOWN:
-            _line_tables.clear()
-        table = _line_tables[code] = {
-            offset: line
-            for start, end, line in code.co_lines()
-            if line is not None
-            for offset in range(start, end, 2)
-        }
-    return table
+    """Each instruction offset of ``code`` to its line."""
+    return {
+        offset: line
+        for start, end, line in code.co_lines()
+        if line is not None
+        for offset in range(start, end, 2)
+    }
 
 
 def _start_tracing(tally: _Tally) -> Callable[[], None]:

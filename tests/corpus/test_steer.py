@@ -20,6 +20,7 @@ import pytest
 
 from pytest_rewardhang.corpus import _format, _measure, _search, _steer
 from pytest_rewardhang.guard import Outcome, Status, run
+from tests._projects import fast, reported
 
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parents[2]
@@ -237,17 +238,14 @@ def test_a_search_that_finds_nothing_still_says_what_steered_it(pytester: pytest
     pytester.makepyfile(clean="def compute_score(response, ground_truth):\n    return 0.0\n")
     pytester.makeini("[pytest]\n")
     result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--reward-hang-check",
+        *fast(deadline=2, max_chars=131072, family="search"),
         "--reward-hang-scorer=clean.py:compute_score",
-        "--reward-hang-family=search",
         "--reward-hang-search=40",
         "--reward-hang-json=r.json",
     )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["clean.compute_score: its search was steered by line events*"])
-    (entry,) = json.loads((pytester.path / "r.json").read_text())["scorers"]
+    entry = reported(pytester)["clean.compute_score"]
     assert entry["search_signal"].startswith("steered by line events")
 
 
