@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_rewardhang.guard import _reap
+from pytest_rewardhang.guard._state import STATE
 from tests._lazy import SOURCE
 
 # Re-exported (the redundant aliases say so): the tests import them from here.
@@ -133,7 +134,7 @@ def no_leaks() -> Iterator[None]:
     # A killed child slower to exit than the guard's bounded reap is left to the next call's
     # sweep (a busy machine's teardown): it must be dead and gone by that sweep, within 10 s.
     deadline = time.monotonic() + 10
-    while (children() - kids) & _reap._unreaped and time.monotonic() < deadline:
+    while (children() - kids) & STATE.unreaped and time.monotonic() < deadline:
         _reap.sweep_unreaped()
         time.sleep(0.02)
     assert children() - kids == set(), "child processes left behind"

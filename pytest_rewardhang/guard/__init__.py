@@ -20,9 +20,10 @@ that imports it pays for nothing of pytest's. Its modules (all private):
 - ``_limits``: the numeric options checked at the door;
 - ``_procfs``: reading ``/proc`` (stat, status, children, the walk of a process's descendants);
 - ``_libc``: ``prctl`` (subreaper, death signal) and the PID namespace calls, through libc;
-- ``_treekill``: the subreaper's kill of a child's tree, stopped first; ``_walkkill``: the
+- ``_treekill``: the subreaper's kill of a child's tree, frozen first; ``_walkkill``: the
   kill that walks a tree that cannot fork; ``_reap``: reaping, and the sweep of the unreaped;
-  ``_backoff``: the pauses of the poll loops;
+  ``_backoff``: the pauses of the poll loops; ``_state``: what the guard remembers for the
+  life of a process, in one object, and what a fork drops of it;
 - ``_contain``: how guarded processes are contained, chosen once (a cgroup, a PID namespace or
   the subreaper), and each one's cage; ``_pidns``: the PID namespace; ``_cgroup``: the cgroup;
 - ``_quota``: a call's memory and process limits (``memory.max``, ``pids.max``); ``_confine``:

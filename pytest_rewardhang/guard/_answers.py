@@ -446,7 +446,7 @@ class Answers:
         self.ledger.retry.extendleft(reversed(back))
         killed = worker.killed  # read before forget() makes it DEAD
         self.processes.forget(worker)
-        if self.processes.stopped:
+        if self.processes.closed:
             return
         if self.fruitless_deaths > 4 * self.size:
             raise PoolError("workers keep dying before they take an item")

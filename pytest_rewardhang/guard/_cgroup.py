@@ -32,21 +32,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 
 from . import _backoff, _procfs, _reap, _walkkill
+from ._state import STATE
 
 #: The prefix of every folder this module makes; a cgroup path holding one is a guard's.
 PREFIX = "rewardhang-"
 #: ``0`` turns cgroups off: the calls are contained as where none can be made (the subreaper).
 CGROUP_ENV = "PYTEST_REWARDHANG_CGROUP"
-_NAMES = itertools.count()
 #: What a call may build below its group: room for a few guards nested in it (each adds its
 #: folder and a group per call or worker), none for a flood of folders that the kill's walk
 #: would have to read. Eight levels of 255-byte names stay well within PATH_MAX.
@@ -125,28 +123,6 @@ for _, folders, _, fd in os.fwalk(home, topdown=False):
 rmdir(home)
 """
 
-_lock = threading.Lock()
-#: This process's folder once made; "" where none can be (probed once per process).
-_home: list[str] = []
-#: The keeper's pid and start time, once started (none where the folder is nested in a guard's
-#: group). Not a pidfd: a guarded call leaves no descriptor behind, its first one included.
-_keeper: list[tuple[int, bytes]] = []
-#: Groups killed whose members were still exiting when they were closed: removed later.
-_pending: list[str] = []
-
-
-def _forget() -> None:  # a forked child makes a folder (and a keeper) of its own, if it needs one
-    # The lock too: a thread of the parent's may have held it at the fork, for good here.
-    global _lock
-    _lock = threading.Lock()
-    _home.clear()
-    _joined.clear()
-    _keeper.clear()
-    _pending.clear()
-
-
-os.register_at_fork(after_in_child=_forget)
-
 
 def lines(path: str) -> list[str]:
     """The lines of a small file (``/proc``'s, a cgroup's); none if it cannot be read."""
@@ -195,11 +171,12 @@ def put(path: str, value: bytes) -> bool:
 
 def home() -> str:
     """This process's folder of groups, made on first use; "" where cgroups cannot be used."""
-    if not _home:
-        with _lock:
-            if not _home:
-                _home.append(_make_home())
-    return _home[0]
+    state = STATE
+    if not state.cgroup_home:
+        with state.cgroup_lock:
+            if not state.cgroup_home:
+                state.cgroup_home.append(_make_home())
+    return state.cgroup_home[0]
 
 
 def enabled() -> bool:
@@ -301,7 +278,7 @@ def _start_keeper(path: str) -> bool:
         os.close(said)
     if started is None:
         return False
-    _keeper[:] = [(keeper, started)]
+    STATE.keeper[:] = [(keeper, started)]
     return True
 
 
@@ -323,15 +300,15 @@ def _start_time(pid: int) -> bytes | None:
 
 def _check_keeper() -> None:
     """Start the keeper again if a call killed it; continue it if a call stopped it."""
-    if not _keeper:
+    if not STATE.keeper:
         return
-    pid, started = _keeper[0]
+    pid, started = STATE.keeper[0]
     fields = _procfs.stat_fields(pid)
     if fields is None or fields[0] in (b"Z", b"X") or fields[19] != started:  # it exited
-        with _lock:
-            if _keeper == [(pid, started)]:
-                _keeper.clear()
-                _start_keeper(_home[0])
+        with STATE.cgroup_lock:
+            if STATE.keeper == [(pid, started)]:
+                STATE.keeper.clear()
+                _start_keeper(STATE.cgroup_home[0])
     else:
         # Continued whatever its state reads: a call's SIGSTOP, sent just before it returned,
         # may not show in the state yet (the caller then lost its keeper for good, now and
@@ -370,10 +347,6 @@ def into_leaf() -> str | None:
     return os.path.dirname(folder)
 
 
-#: The group this guarded process joined (:meth:`Group.join`), once it has.
-_joined: list[Group] = []
-
-
 #: The most looks through its group a worker takes between two items (see :func:`kill_strays`).
 _STRAY_LOOKS = 64
 
@@ -394,9 +367,9 @@ def kill_strays() -> tuple[int, bool]:
     exited while others run looks a zombie. Each is signalled through a pidfd taken before it
     is checked to be in the group still, so a pid reused by a process elsewhere never is.
     """
-    if not _joined:
+    if not STATE.joined:
         return 0, True
-    group, me = _joined[0], os.getpid()
+    group, me = STATE.joined[0], os.getpid()
     killed: dict[int, bytes | None] = {}
     for _ in range(_STRAY_LOOKS):
         found = [
@@ -422,7 +395,7 @@ class Group:
         self.path = path
         #: ``cgroup.procs`` opened for writing: the forked process joins through it.
         self.procs = procs
-        #: Whether :meth:`strike` has been.
+        #: Whether :meth:`kill_all` has been.
         self.killed = False
 
     @classmethod
@@ -437,7 +410,7 @@ class Group:
             return None
         _check_keeper()
         _sweep()
-        path = os.path.join(parent, str(next(_NAMES)))
+        path = os.path.join(parent, str(next(STATE.names)))
         try:
             os.mkdir(path)
             caps = (("descendants", _MAX_DESCENDANTS), ("depth", _MAX_DEPTH)) if capped else ()
@@ -455,7 +428,7 @@ class Group:
         """Move the calling process (just forked) into the group, and remember it as its own."""
         if not join(self.procs):
             return False
-        _joined[:] = [self]
+        STATE.joined[:] = [self]
         return True
 
     def members(self) -> list[int]:
@@ -486,12 +459,12 @@ class Group:
             if not backoff.sleep():
                 return
 
-    def freeze(self) -> bool:
-        """Start freezing the group without waiting for it (:meth:`stop` waits), so that
+    def begin_freeze(self) -> bool:
+        """Start freezing the group without waiting for it (:meth:`freeze` waits), so that
         several groups freeze at once; False if it is gone."""
         return self._write("cgroup.freeze", b"1")
 
-    def stop(self, spare: int = 0) -> int:
+    def freeze(self, spare: int = 0) -> int:
         """Freeze the group, so that nothing in it runs (or forks) any more; how many of its
         living members were not ``spare`` (those a kill before this one reached are dead
         already, not counted). Bounded: a task in a vfork wait never freezes.
@@ -502,7 +475,7 @@ class Group:
         """
         if not self.members():
             return 0
-        if self.freeze():
+        if self.begin_freeze():
             self._await_frozen(FREEZE_WAIT_S)
         living = 0
         for pid in self.members():  # again, frozen: what forked meanwhile is there too
@@ -511,7 +484,7 @@ class Group:
                 _walkkill.demote(pid)
         return living
 
-    def strike(self) -> None:
+    def kill_all(self) -> None:
         """SIGKILL everything in the group at once. Nothing can join it after that: a process
         with SIGKILL pending forks nothing. ``cgroup.kill`` passes over a process whose main
         thread has exited while its other threads run on (it signals the exited one, and none
@@ -555,9 +528,9 @@ class Group:
             os.close(pidfd)
 
     def kill(self, spare: int = 0) -> int:
-        """:meth:`stop`, then :meth:`strike`; how many it counted."""
-        living = self.stop(spare)
-        self.strike()
+        """:meth:`freeze`, then :meth:`kill_all`; how many it counted."""
+        living = self.freeze(spare)
+        self.kill_all()
         return living
 
     def close(self, until: float) -> int:
@@ -581,7 +554,7 @@ class Group:
         # its SIGKILL off its pending set would look alive for a moment).
         leaked = 0 if self.killed else self.kill()
         if not remove(self.path, until):
-            _pending.append(self.path)
+            STATE.cgroups_pending.append(self.path)
         return leaked
 
 
@@ -618,7 +591,8 @@ def remove(path: str, until: float) -> bool:
 
 def _sweep() -> None:
     """Remove, without waiting, the groups that were not empty yet when they were closed."""
-    for path in list(_pending):
+    pending = STATE.cgroups_pending
+    for path in list(pending):
         if remove(path, 0.0):
             with contextlib.suppress(ValueError):
-                _pending.remove(path)
+                pending.remove(path)

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import _libc, _procfs, _reap, _walkkill
 from ._outcome import Status, raised
+from ._state import STATE
 from ._wire import DUMP_SIGNAL, framed, pickle_frame, write_all
 
 _OK = Status.OK.value
@@ -146,14 +147,10 @@ def _redirect_stdio(output_w: int) -> None:  # pragma: no cover - child only
     # The objects replaced are kept, never finalized here: a finalized file object flushes,
     # and what theirs hold (the half-written line of a call this guard is nested in) is not
     # this process's output.
-    _replaced.append((sys.stdin, sys.stdout, sys.stderr))
+    STATE.replaced_stdio.append((sys.stdin, sys.stdout, sys.stderr))
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
     sys.stdout = open(1, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
-
-
-#: The stdio objects each guarded process replaced (see :func:`_redirect_stdio`).
-_replaced: list[tuple[object, object, object]] = []
 
 
 def limit_memory(memory_mb: float) -> None:  # pragma: no cover - child only

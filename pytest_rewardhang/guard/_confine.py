@@ -50,6 +50,7 @@ from dataclasses import dataclass, replace
 
 from . import _libc, _procfs
 from ._outcome import Confinement
+from ._state import STATE, UidBlock
 
 log = logging.getLogger("pytest_rewardhang.guard")
 
@@ -112,16 +113,12 @@ _MISSING = {
         "signal, as can every other call"
     ),
 }
-#: What this process has warned is missing.
-_warned: set[Confinement] = set()
-#: What the kernel permits here: each of the namespaces, and the change of user (probed once).
-_permitted: dict[Confinement, bool] = {}
 
 
 class Uids:
     """The uids this process hands to the guarded processes it forks, one each while it runs.
 
-    Process-wide, one owner: the module's :data:`uids`. A forked child has a block of its own
+    One per process, in its state (:func:`uids`). A forked child has a block of its own
     (its pid's), taken afresh the first time it asks; the lock too, as a thread of the parent's
     may have held it at the fork. Handed out in turn, not lowest first: a uid given back is
     taken again as late as can be, after whatever of its last holder was still exiting.
@@ -181,8 +178,12 @@ class Uids:
                 self.taken.discard(uid - self.base)
 
 
-#: This process's uids (see :class:`Uids`).
-uids = Uids()
+def uids() -> UidBlock:
+    """This process's uids (see :class:`Uids`), made when first needed."""
+    state = STATE
+    if state.uids is None:
+        state.uids = Uids()
+    return state.uids
 
 
 def _call(name: str, *args: object) -> bool:
@@ -273,15 +274,16 @@ def _unprivileged(uid: int) -> bool:  # pragma: no cover - child only
     if not _call("prctl", _PR_SET_DUMPABLE, 1, 0, 0, 0):
         return False
     # What root was permitted, a guard nested in the call is not: probed again there.
-    _permitted.clear()
+    STATE.permitted.clear()
     return os.getresuid() == (uid, uid, uid) and os.getresgid() == (uid, uid, uid)
 
 
 def permitted(confinement: Confinement) -> bool:
     """Whether the kernel lets a child here enter ``confinement`` (probed once, forked)."""
-    if confinement not in _permitted:
-        _permitted[confinement] = _probe(confinement)
-    return _permitted[confinement]
+    permitted = STATE.permitted
+    if confinement not in permitted:
+        permitted[confinement] = _probe(confinement)
+    return permitted[confinement]
 
 
 def _probe(confinement: Confinement) -> bool:
@@ -332,7 +334,7 @@ class Plan:
             applied.discard(Confinement.SEALED)
         # No uid free (a block's worth of calls at once, or held by what calls left running):
         # the call is not made (see enter), rather than made as the caller.
-        uid = uids.take() if Confinement.UNPRIVILEGED in applied and not apart else None
+        uid = uids().take() if Confinement.UNPRIVILEGED in applied and not apart else None
         tmpdir = None
         if Confinement.PRIVATE_SHM not in applied:  # else the child makes it in its tmpfs
             tmpdir = _caller_tmpdir(Confinement.UNPRIVILEGED in applied, uid)
@@ -348,12 +350,12 @@ class Plan:
         applied = self.applied & _PER_ITEM
         uid = None
         if Confinement.UNPRIVILEGED in applied:
-            uid = uids.take()  # None: the item is not made (see enter)
+            uid = uids().take()  # None: the item is not made (see enter)
             if uid is not None and self.tmpdir is not None:
                 try:
                     os.chown(self.tmpdir, uid, uid)
                 except OSError:
-                    uids.give(uid)
+                    uids().give(uid)
                     uid = None
         return replace(self, applied=applied, tmpdir=None, uid=uid, apart=False, shm_mb=None)
 
@@ -403,7 +405,7 @@ class Plan:
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
             self.tmpdir = None
         if self.uid is not None:
-            uids.give(self.uid)
+            uids().give(self.uid)
             self.uid = None
 
 
@@ -531,9 +533,9 @@ def _reachable_tmp() -> str:
 def warn_missing(asked: frozenset[Confinement], applied: frozenset[Confinement]) -> None:
     """Log one warning naming what a call asked for and did not get, the first time each is
     missing in this process (the call's :attr:`Outcome.confined` says it every time)."""
-    missing = asked - applied - _warned
+    missing = asked - applied - STATE.unconfined_warned
     if missing:
-        _warned.update(missing)
+        STATE.unconfined_warned.update(missing)
         log.warning(
             "pytest_rewardhang.guard: calls run without their full confinement: %s",
             "; ".join(_MISSING[confinement] for confinement in sorted(missing)),

@@ -26,24 +26,24 @@ from typing import Protocol
 from . import _cgroup, _libc, _pidns, _quota, _reap, _treekill
 from ._outcome import Containment
 from ._pidns import Namespace
-
-_containment: list[Containment] = []
+from ._state import STATE
 
 
 def containment() -> Containment:
     """What this process's guarded calls are contained by (probed once): a PID namespace where
     asked for (opt-in), else a cgroup where one can be made (:mod:`._cgroup`), else the
     subreaper."""
-    if not _containment:
+    probed = STATE.containment
+    if not probed:
         if _libc.pid_namespaces():
-            _containment.append(Containment.PID_NAMESPACE)
+            probed.append(Containment.PID_NAMESPACE)
         elif _cgroup.home():
-            _containment.append(Containment.CGROUP)
+            probed.append(Containment.CGROUP)
         elif _libc.can_subreap():
-            _containment.append(Containment.SUBREAPER)
+            probed.append(Containment.SUBREAPER)
         else:
-            _containment.append(Containment.NONE)
-    return _containment[0]
+            probed.append(Containment.NONE)
+    return probed[0]
 
 
 def prepare(zygote: bool = False) -> None:
@@ -105,9 +105,9 @@ class Cage:
         left running, its wait status and resource usage (see :func:`._treekill.kill_and_reap`)."""
         return _treekill.kill_and_reap(pid, pidfd, timeout)
 
-    def freeze(self) -> bool:
+    def begin_freeze(self) -> bool:
         """Start holding everything in the cage still, ahead of :meth:`kill` (so that several
-        cages freeze at once); False where nothing can be: the kill stops the tree itself."""
+        cages freeze at once); False where nothing can be: the kill freezes the tree itself."""
         return False
 
     def kill(self, pid: int, pidfd: int) -> int:
@@ -166,15 +166,15 @@ class _GroupCage(Cage):
         caller tearing down beside it, sharing its memory, held its own teardown up past the
         deadline's bound on a busy machine, and it would be left unreaped.
         """
-        leaked = self.group.stop(spare=pid)
+        leaked = self.group.freeze(spare=pid)
         # By its pidfd, not through the group: a call may have moved it out of it.
         _treekill.signal_child(pid, pidfd, signal.SIGKILL)
         reaped = _reap.reap_within(pid, pidfd, timeout)
-        self.group.strike()
+        self.group.kill_all()
         return (leaked, *reaped)
 
-    def freeze(self) -> bool:
-        self.group.freeze()
+    def begin_freeze(self) -> bool:
+        self.group.begin_freeze()
         return True
 
     def kill(self, pid: int, pidfd: int) -> int:

@@ -65,8 +65,8 @@ class Driver:
         """Run the loop until ``batch`` is done, or (``None``) until the pool closes."""
         raise NotImplementedError
 
-    def _stop(self) -> None:
-        """Stop every process (once)."""
+    def _close_processes(self) -> None:
+        """Close every process of the pool: kill, reap, remove (once)."""
         raise NotImplementedError
 
     # --- taking work ------------------------------------------------------------------------
@@ -259,7 +259,7 @@ class Driver:
                 self.closing = True
             self.slots.close()
             try:
-                self._stop()
+                self._close_processes()
             finally:
                 with self.lock:
                     # Nothing is appended to the inbox, nor the eventfd written, from here on.

@@ -357,9 +357,9 @@ class Engine(Driver):
                 with contextlib.suppress(BlockingIOError):
                     os.eventfd_read(fd)
 
-    def _stop(self) -> None:
+    def _close_processes(self) -> None:
         if self.closed:
             return
         self.closed = True
         self.answers.close()
-        self.processes.stop()
+        self.processes.close()

@@ -18,6 +18,8 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
+from ._state import STATE
+
 #: Never blocked: the signals a fault raises synchronously, and those that cannot be.
 _SYNCHRONOUS = {"SIGKILL", "SIGSTOP", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS"}
 MASKED = frozenset(
@@ -31,10 +33,6 @@ MASKED = frozenset(
 sigmask: Callable[[int, Iterable[int]], set[int]] | None = getattr(
     importlib.import_module("_signal"), "pthread_sigmask", None
 )
-#: The main thread's masks before each :func:`hold` still in force, outermost first. A child
-#: forked inside a hold is in none of them: it never returns through their release.
-_held: list[set[int]] = []
-os.register_at_fork(after_in_child=_held.clear)
 
 
 def hold() -> set[int] | None:
@@ -53,14 +51,14 @@ def hold() -> set[int] | None:
     except BaseException:
         sigmask(signal.SIG_SETMASK, previous)
         raise
-    _held.append(previous)
+    STATE.held_masks.append(previous)
     return previous
 
 
 def release(previous: set[int] | None) -> None:
     """Undo :func:`hold`: a handler of a signal that came meanwhile runs (and may raise) here."""
     if previous is not None and sigmask is not None:
-        _held.pop()
+        STATE.held_masks.pop()
         sigmask(signal.SIG_SETMASK, previous)
 
 
@@ -73,13 +71,14 @@ class let_in:  # lower case: used as a function, ``with let_in():``
     """
 
     def __init__(self) -> None:
-        self.opened = bool(_held) and threading.current_thread() is threading.main_thread()
+        main = threading.current_thread() is threading.main_thread()
+        self.opened = bool(STATE.held_masks) and main
 
     def __enter__(self) -> None:
         if not self.opened or sigmask is None:
             return
         try:
-            sigmask(signal.SIG_SETMASK, _held[0])
+            sigmask(signal.SIG_SETMASK, STATE.held_masks[0])
         except BaseException:
             # A signal that came while held: its handler raised here. Held again, for the
             # cleanup the exception unwinds through.

@@ -32,6 +32,7 @@ from . import _contain, _quota, _treekill
 from ._box import UNBOXED, Box, Confining
 from ._interrupts import let_in
 from ._spec import SpecError, is_file_target, split_spec
+from ._state import STATE
 from ._wire import (
     FENCE,
     GROUP_FD,
@@ -75,15 +76,14 @@ _ZYGOTE_CODE = (
 
 
 log = logging.getLogger("pytest_rewardhang.guard")
-_said: set[str] = set()
 
 
 def _say_once(note: str, forked: bool) -> None:
     """Warn, once per process and note, of what a scorer's import made that workers forked
     from one process would share (a kill could leave its lock held for all of them)."""
-    if note in _said:
+    if note in STATE.said:
         return
-    _said.add(note)
+    STATE.said.add(note)
     if forked:  # a closure: only this process has it, so no worker can import it by name
         what = "make it in the scorer's first call instead, or serve a function by name"
     else:
@@ -260,7 +260,7 @@ class Zygote:
         self.pid = pid
         self.pidfd = -1
         #: The zygote's temporary folder, where it makes its workers' (see _pool_tmpdir):
-        #: removed with all they left by :meth:`stop`, however the zygote ended.
+        #: removed with all they left by :meth:`close`, however the zygote ended.
         self.tmpdir = tmpdir
         #: Where cgroups contain the calls, the zygote's own group (its workers' groups are
         #: below it): killing it kills everything the pool made, whatever an item did to it.
@@ -367,7 +367,6 @@ class Zygote:
                         self.sock.send(message, socket.MSG_NOSIGNAL)
             self._ready(warmup)
         except BaseException:
-            self.stop()
             self.close()
             raise
         return self
@@ -422,24 +421,26 @@ class Zygote:
             raise PoolError("the pool's zygote died; its workers died with it")
         return message, fds
 
-    def stop(self) -> None:
-        """Kill the zygote and everything below it, and reap it; bounded, whatever they do.
+    def close(self) -> None:
+        """Kill the zygote and everything below it, reap it, remove what it was given, close
+        the caller's descriptors; bounded, whatever they do. A second call does nothing.
 
         The caller does it itself rather than ask: a zygote that an item stopped would never
         answer. Where it has a group, one write kills it, its workers and all they started;
         the workers are also the zygote's children and subreapers, so every process below it
-        is found through ``/proc`` while it is held stopped (all there is without a group).
+        is found through ``/proc`` while it is held frozen (all there is without a group).
         """
-        until = time.monotonic() + _REAP_S
-        self.cage.kill_others(spare=self.pid)
-        _treekill.kill_and_reap(self.pid, self.pidfd if self.pidfd >= 0 else None, _REAP_S)
-        self.cage.close(until)
-        _quota.remove_left_by(self.pid, until)
-        _remove(self.tmpdir)
-
-    def close(self) -> None:
-        """Close the caller's descriptors; the process is :meth:`stop`'s."""
-        self.sock.close()
-        if self.pidfd >= 0:
-            os.close(self.pidfd)
-            self.pidfd = -1
+        if self.sock.fileno() < 0:
+            return
+        try:
+            until = time.monotonic() + _REAP_S
+            self.cage.kill_others(spare=self.pid)
+            _treekill.kill_and_reap(self.pid, self.pidfd if self.pidfd >= 0 else None, _REAP_S)
+            self.cage.close(until)
+            _quota.remove_left_by(self.pid, until)
+            _remove(self.tmpdir)
+        finally:
+            self.sock.close()
+            if self.pidfd >= 0:
+                os.close(self.pidfd)
+                self.pidfd = -1

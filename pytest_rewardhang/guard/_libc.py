@@ -12,23 +12,22 @@ import signal
 import sys
 from collections.abc import Callable
 
+from ._state import STATE
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-#: The process's handle on the C library, once opened (see :func:`libc`).
-_handle: list[ctypes.CDLL | None] = []
-
-
 def _libc() -> ctypes.CDLL | None:
     """The C library, opened once (None off Linux), its functions looked up as they are used."""
-    if not _handle:
+    opened = STATE.libc
+    if not opened:
         handle = None
         if sys.platform.startswith("linux"):
             with contextlib.suppress(OSError):
                 handle = ctypes.CDLL(None, use_errno=True)
-        _handle.append(handle)
-    return _handle[0]
+        opened.append(handle)
+    return opened[0]
 
 
 #: The C library, for the calls this module does not wrap (:mod:`._confine`'s).
@@ -38,13 +37,13 @@ libc = _libc
 def forget() -> None:
     """Drop the handle (and the functions looked up on it): a pool's warm worker does, before
     its first item, so that no item finds them already looked up."""
-    _handle.clear()
+    STATE.libc.clear()
 
 
 def adopt(handle: ctypes.CDLL | None) -> None:
     """Use ``handle``, its functions looked up already: an isolated item's process, whose
     worker kept it (see ._isolate), sets itself up without opening the library again."""
-    _handle[:] = [handle]
+    STATE.libc[:] = [handle]
 
 
 def prepare() -> None:
@@ -98,8 +97,6 @@ def die_with_parent() -> None:
 # --- PID namespaces ---------------------------------------------------------------------------
 
 _CLONE_NEWPID = 0x20000000
-#: What :func:`pid_namespaces` found, once per process; forked children inherit the answer.
-_namespaces: list[bool] = []
 #: Opt-in for now: in a namespace the call's os.getpid() and os.getppid() are the namespace's
 #: (2 and 0 for run's child), which breaks code that names processes by them from outside.
 PID_NAMESPACE_ENV = "PYTEST_REWARDHANG_PID_NAMESPACE"
@@ -113,9 +110,10 @@ def pid_namespaces() -> bool:
     its own namespace, fork again. Needs CAP_SYS_ADMIN (root, not in a locked-down container),
     and for now the opt-in ``PYTEST_REWARDHANG_PID_NAMESPACE=1`` in the environment.
     """
-    if not _namespaces:
-        _namespaces.append(os.environ.get(PID_NAMESPACE_ENV) == "1" and _probe_namespaces())
-    return _namespaces[0]
+    probed = STATE.pid_namespaces  # forked children inherit the answer
+    if not probed:
+        probed.append(os.environ.get(PID_NAMESPACE_ENV) == "1" and _probe_namespaces())
+    return probed[0]
 
 
 def probe_in_child(works: Callable[[], bool]) -> bool:

@@ -91,7 +91,7 @@ class Processes:
         #: Zygotes replaced since an item was last answered.
         self.replaced = 0
         #: Stopped for good: no zygote or worker is started again.
-        self.stopped = False
+        self.closed = False
         #: Worker starts that failed in a row for want of descriptors, processes or memory
         #: (a server's clients holding its descriptors), and when the next may be tried.
         self.failed_starts = 0
@@ -157,7 +157,7 @@ class Processes:
         """Ask the zygote for the workers owed. Deferred out of event handling: a new worker's
         pipes may reuse the fd numbers of the dead one's, which later events of the same
         poll() would then be taken for."""
-        while self.to_spawn and not self.stopped and time.monotonic() >= self.start_after:
+        while self.to_spawn and not self.closed and time.monotonic() >= self.start_after:
             try:
                 self._spawn()
             except OSError as exc:
@@ -240,9 +240,8 @@ class Processes:
         self.watched.unregister(old.sock.fileno())
         self.watched.unregister(old.pidfd)
         try:
-            old.stop()
-        finally:
             old.close()
+        finally:
             self.zygote = None
         text = (
             f"the pool's zygote {why} while this item ran, twice: the second time alone in "
@@ -259,7 +258,7 @@ class Processes:
         self.replaced = 0 if in_flight else self.replaced + 1
         if self.replaced > _MAX_REPLACED:
             raise PoolError(f"the pool's zygote {why}, {self.replaced} times in a row")
-        if self.stopped:
+        if self.closed:
             return
         self._start_zygote(self.target)
         self.to_spawn = self.size
@@ -313,17 +312,16 @@ class Processes:
             os.close(fd)
         worker.pidfd = -1
 
-    def stop(self) -> None:
-        """Kill the zygote and everything below it; forget every worker. For good."""
-        self.stopped = True
+    def close(self) -> None:
+        """Close the zygote (kill it and everything below it, reap it) and forget every
+        worker. For good."""
+        self.closed = True
+        zygote, self.zygote = self.zygote, None
         try:
-            if self.zygote is not None:
-                self.zygote.stop()
+            if zygote is not None:
+                self.watched.unregister(zygote.sock.fileno())
+                self.watched.unregister(zygote.pidfd)
+                zygote.close()
         finally:
             for worker in list(self.workers.values()):
                 self.forget(worker)
-            if self.zygote is not None:
-                self.watched.unregister(self.zygote.sock.fileno())
-                self.watched.unregister(self.zygote.pidfd)
-                self.zygote.close()
-                self.zygote = None

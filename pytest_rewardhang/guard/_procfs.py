@@ -13,29 +13,21 @@ import signal
 import time
 from collections.abc import Iterator
 
-#: ``os.getpid()`` when filled, our pid as ``/proc`` names it, and how many PID namespaces below
-#: ``/proc``'s we are (0 but in a guard nested in a contained call).
-_self_ids = [0, 0, 0]
-
-
-def _forget_self() -> None:
-    _self_ids[0] = 0
-
-
-os.register_at_fork(after_in_child=_forget_self)
+from ._state import STATE
 
 
 def where() -> tuple[int, int]:
     """Our pid as ``/proc`` names it, and our depth below its PID namespace."""
     local = os.getpid()
-    if _self_ids[0] != local:
+    ids = STATE.ids
+    if ids[0] != local:
         proc, depth = local, 0
         with contextlib.suppress(OSError, ValueError):
             proc = int(os.readlink("/proc/self"))
         if proc != local:
             depth = max(len(nspids(proc)) - 1, 0)
-        _self_ids[:] = [local, proc, depth]
-    return _self_ids[1], _self_ids[2]
+        ids[:] = [local, proc, depth]
+    return ids[1], ids[2]
 
 
 def own_pid() -> int:

@@ -24,45 +24,34 @@ first (a ``MemoryError`` with its traceback).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import _cgroup
 from ._outcome import Confinement
+from ._state import STATE
 
 #: How many tasks (processes and threads) a call may have at once by default.
 MAX_PROCESSES = 1024
 #: What the group may hold past ``memory_mb`` and the caller's size (see the module's docstring).
 HEADROOM_MB = 32
-_NAMES = itertools.count()
 #: Each limit's file and the file counting the OOM kills, in cgroup v2 and v1.
 _V2 = {"memory": ("memory.max", "memory.events"), "pids": ("pids.max", "")}
 _V1 = {"memory": ("memory.limit_in_bytes", "memory.oom_control"), "pids": ("pids.max", "")}
-#: The v1 groups closed whose members were still exiting: removed at a later call.
-_pending: list[str] = []
 #: Writes a limit's file; False if it cannot.
 _write = _cgroup.put
-#: The v2 folders whose groups were found without a controller's files, and which: the v1
-#: hierarchy has that limit for every later call (a failed attempt costs each call its
-#: system calls and an exception).
-_absent_v2: set[tuple[str, str]] = set()
-#: This process's v1 hierarchies: controller to its folder (once probed; a child's own).
-_v1_homes: dict[str, str | None] = {}
-
-
-os.register_at_fork(after_in_child=_v1_homes.clear)
 
 
 def _v1_home(controller: str) -> str | None:
     """The folder of this process's own group in the v1 hierarchy of ``controller``; found
     once per process, when the groups a dead guard left there are removed."""
-    if controller not in _v1_homes:
-        home = _v1_homes[controller] = _find_v1_home(controller)
+    homes = STATE.v1_homes
+    if controller not in homes:
+        home = homes[controller] = _find_v1_home(controller)
         if home is not None:
             _remove_abandoned(home)
-    return _v1_homes[controller]
+    return homes[controller]
 
 
 def _remove_abandoned(home: str) -> None:
@@ -90,7 +79,7 @@ def _remove_made(home: str, left: Callable[[int], bool], until: float) -> None:
             if name.startswith(_cgroup.PREFIX) and maker.isdigit() and left(int(maker)):
                 path = os.path.join(home, name)
                 if not _cgroup.remove(path, until):
-                    _pending.append(path)
+                    STATE.v1_pending.append(path)
 
 
 def _alive(pid: int) -> bool:
@@ -165,7 +154,8 @@ class Quota:
         if group is not None:
             folder = os.path.dirname(group)
             enable_below(folder)
-            if (folder, controller) not in _absent_v2:
+            # A failed attempt costs each call its system calls and an exception.
+            if (folder, controller) not in STATE.absent_v2:
                 path = os.path.join(group, limit)
                 if _write(path, value):
                     if controller == "memory":
@@ -175,12 +165,12 @@ class Quota:
                         self.counters.append(os.path.join(group, counter))
                     return True
                 if not os.path.exists(path):  # the folder does not hand the controller down
-                    _absent_v2.add((folder, controller))
+                    STATE.absent_v2.add((folder, controller))
         home = _v1_home(controller)
         if home is None:
             return False
         limit, counter = _V1[controller]
-        path = os.path.join(home, f"{_cgroup.PREFIX}{os.getpid()}-{next(_NAMES)}")
+        path = os.path.join(home, f"{_cgroup.PREFIX}{os.getpid()}-{next(STATE.names)}")
         try:
             os.mkdir(path)
         except OSError:
@@ -225,20 +215,19 @@ class Quota:
             self.alarm = None
         for path in self.groups:
             if not _cgroup.remove(path, until):
-                _pending.append(path)
+                STATE.v1_pending.append(path)
         self.groups.clear()
 
 
 #: The v2 folders whose groups have been given the controllers (or could not be).
-_enabled: set[str] = set()
 
 
 def enable_below(home: str) -> None:
     """Give the groups in this process's v2 folder the memory and pids controllers, once,
     where its parent passes them down to it (else the limits are sought in v1)."""
-    if home in _enabled:
+    if home in STATE.controllers_enabled:
         return
-    _enabled.add(home)
+    STATE.controllers_enabled.add(home)
     offered = " ".join(_cgroup.lines(os.path.join(home, "cgroup.controllers"))).split()
     wanted = " ".join(f"+{name}" for name in ("memory", "pids") if name in offered)
     if wanted:
@@ -272,7 +261,8 @@ def _oom_alarm(path: str, counter: str) -> int | None:
 
 
 def _sweep() -> None:
-    for path in list(_pending):
+    pending = STATE.v1_pending
+    for path in list(pending):
         if _cgroup.remove(path, 0.0):
             with contextlib.suppress(ValueError):
-                _pending.remove(path)
+                pending.remove(path)

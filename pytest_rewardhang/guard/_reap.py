@@ -13,6 +13,7 @@ import time
 from collections.abc import Collection
 
 from . import _procfs
+from ._state import STATE
 
 #: How long :func:`._treekill.kill_and_reap` waits by default, in all, for the killed child (and
 #: what it killed below it) to finish exiting; past it the child is left for :func:`sweep_unreaped`
@@ -34,11 +35,6 @@ def reap(pid: int) -> tuple[int, resource.struct_rusage | None]:
     return status, usage
 
 
-#: Killed children that had not finished exiting within :data:`REAP_WAIT_S`; reaped by the
-#: next :func:`sweep_unreaped` (every run() and kill makes one), or by init when we exit.
-_unreaped: set[int] = set()
-
-
 def reap_within(
     pid: int, pidfd: int | None, timeout: float
 ) -> tuple[int, resource.struct_rusage | None]:
@@ -56,7 +52,7 @@ def reap_within(
             return status, usage
         left = deadline - time.monotonic()
         if left <= 0:
-            _unreaped.add(pid)
+            STATE.unreaped.add(pid)
             return -1, None
         if pidfd is None:
             time.sleep(min(left, 0.001))
@@ -66,13 +62,13 @@ def reap_within(
 
 def sweep_unreaped() -> None:
     """Reap, without waiting, the killed children that were slow to exit."""
-    for pid in list(_unreaped):
+    for pid in list(STATE.unreaped):
         try:
             found, _ = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             found = pid
         if found:
-            _unreaped.discard(pid)
+            STATE.unreaped.discard(pid)
 
 
 def reap_exited(spare: Collection[int] = ()) -> int:

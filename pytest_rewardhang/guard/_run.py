@@ -29,6 +29,7 @@ from ._child import awaited
 from ._fork import run_forked
 from ._outcome import Mechanism, Outcome, Status, raised
 from ._quota import MAX_PROCESSES
+from ._state import STATE
 
 log = logging.getLogger("pytest_rewardhang.guard")
 
@@ -190,13 +191,10 @@ def guarded(
     return decorate
 
 
-_warned: set[str] = set()
-
-
 def _warn_once(mechanism: str) -> None:
-    if mechanism in _warned:
+    if f"run:{mechanism}" in STATE.said:
         return
-    _warned.add(mechanism)
+    STATE.said.add(f"run:{mechanism}")
     if mechanism == "alarm":
         text = "os.fork is unavailable: guarding with SIGALRM, which cannot stop a hang inside C"
     elif mechanism == "memory":

@@ -122,14 +122,14 @@ class _TreeKill:
         child_stopped = everything = False
         try:
             child_stopped = _await_stop(pid, pidfd, STOP_WAIT_S)
-            everything = child_stopped and self._stop_descendants(until)
+            everything = child_stopped and self._freeze_descendants(until)
         finally:  # interrupted, too: nothing is left stopped
             if everything:
                 signal_child(pid, pidfd, signal.SIGKILL)
             else:
                 self._kill_walking(child_stopped)
 
-    def _stop_descendants(self, until: float) -> bool:
+    def _freeze_descendants(self, until: float) -> bool:
         """SIGSTOP the child's descendants until a walk sees all stopped; False at ``until``.
 
         A walk reads a process's children after it has looked at the process: once it was

@@ -35,6 +35,7 @@ from ._child import call, null_stdin
 from ._isolate import Isolated
 from ._outcome import Status
 from ._spec import SpecError, load_callable
+from ._state import STATE
 from ._wire import (
     EXITED,
     GROUP_FD,
@@ -59,15 +60,13 @@ from ._wire import (
 )
 from ._worker import ITIMERS, serve
 
-#: The temporary folder the caller made for this zygote (see ._launch), as it was started: the
-#: zygote removes it as it exits, its caller gone or not.
-_tmpdir: list[str] = []
-
 
 def main(joins: bool = False) -> None:  # pragma: no cover - runs in the zygote process
     """The zygote's start; ``joins``: its caller made it a group, whose ``cgroup.procs`` is
     open as GROUP_FD. Started again by :func:`_import_in_each_worker`, it imports nothing."""
-    _tmpdir[:] = [os.environ.get("TMPDIR", "")]
+    # The temporary folder its caller made for it (see ._launch), as it was started: it
+    # removes it as it exits, its caller gone or not.
+    STATE.zygote_tmpdir[:] = [os.environ.get("TMPDIR", "")]
     again = sys.argv[1:2] == [_AGAIN]
     config = b""
     if again:  # the config, as the caller sent it, is on GROUP_FD; we are in our group already
@@ -230,7 +229,7 @@ def serve_forked(
     The caller's signal handlers and mask are not ours, and neither is its session.
     """
     code = 70
-    _tmpdir[:] = [os.environ.get("TMPDIR", "")]
+    STATE.zygote_tmpdir[:] = [os.environ.get("TMPDIR", "")]
     try:
         for signum in _RESET:  # as a fresh interpreter has them
             signal.signal(signum, signal.SIG_DFL)
@@ -438,9 +437,9 @@ class _Zygote:  # pragma: no cover - zygote only
         for wid in kills:
             with contextlib.suppress(OSError):
                 self.sock.send(MSG_KILLED + WID.pack(wid))
-            if wid in self.boxes and wid not in self.killed and self.boxes[wid].cage.freeze():
+            if wid in self.boxes and wid not in self.killed and self.boxes[wid].cage.begin_freeze():
                 frozen.append(wid)
-            else:  # nothing to freeze: its kill stops the tree first thing anyway
+            else:  # nothing to freeze: its kill freezes the tree first thing anyway
                 self.kill(wid)
         for wid, fds in forks:
             self.fork(wid, fds)
@@ -549,8 +548,9 @@ class _Zygote:  # pragma: no cover - zygote only
             box.close(until)
         self.sweep()
         self.namespace.close()
-        if os.path.basename(_tmpdir[0]).startswith(TMPDIR_PREFIX):
-            shutil.rmtree(_tmpdir[0], ignore_errors=True)
+        tmpdir = STATE.zygote_tmpdir[0]
+        if os.path.basename(tmpdir).startswith(TMPDIR_PREFIX):
+            shutil.rmtree(tmpdir, ignore_errors=True)
 
     def _forget(self, wid: int) -> int:
         """Stop watching a worker; its pid, to reap it by."""

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from pytest_rewardhang.guard import Containment, Pool, Status, _cgroup, _contain, run
+from pytest_rewardhang.guard._state import STATE
 from tests.conftest import children, sigint_storm, state
 from tests.guard._bounds import GONE_WITHIN_S, HANG_S
 
@@ -189,7 +190,7 @@ def home() -> Iterator[str]:
     for folder in [os.path.join(path, name) for name in os.listdir(path)]:
         if os.path.isdir(folder):
             rmtree(folder)
-    _cgroup._pending.clear()
+    STATE.cgroups_pending.clear()
 
 
 def assert_no_groups(home: str) -> None:

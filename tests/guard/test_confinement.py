@@ -32,6 +32,7 @@ from pytest_rewardhang.guard import (
     guarded,
     run,
 )
+from pytest_rewardhang.guard._state import STATE
 from tests.guard._bounds import MIB
 from tests.guard._confined_items import children_holding, fork_bomb
 
@@ -269,8 +270,8 @@ def _leave_in_tmpdir() -> str:  # pragma: no cover - in the call
 def test_without_a_tmpfs_of_its_own_the_tmpdir_is_made_and_removed_by_the_caller(
     monkeypatch: pytest.MonkeyPatch, unprivileged: bool
 ) -> None:
-    monkeypatch.setitem(_confine._permitted, Confinement.PRIVATE_SHM, False)
-    monkeypatch.setattr(_confine, "_warned", {Confinement.PRIVATE_SHM})
+    monkeypatch.setitem(STATE.permitted, Confinement.PRIVATE_SHM, False)
+    monkeypatch.setattr(STATE, "unconfined_warned", {Confinement.PRIVATE_SHM})
     out = timed(_leave_in_tmpdir, budget=20, unprivileged=unprivileged)
     assert out.status is Status.OK, out.describe()
     assert Confinement.PRIVATE_TMP in out.confined
@@ -418,8 +419,8 @@ def test_each_call_says_what_confined_it() -> None:
 def test_what_cannot_apply_is_warned_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(_confine, "_warned", set())
-    monkeypatch.setitem(_confine._permitted, Confinement.NO_NETWORK, False)
+    monkeypatch.setattr(STATE, "unconfined_warned", set())
+    monkeypatch.setitem(STATE.permitted, Confinement.NO_NETWORK, False)
     with caplog.at_level(logging.WARNING, logger="pytest_rewardhang.guard"):
         for _ in range(3):
             out = run(int, network=False)

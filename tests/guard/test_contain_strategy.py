@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_rewardhang.guard import Containment, _cgroup, _contain, _pidns
+from pytest_rewardhang.guard._state import STATE
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -18,9 +19,9 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 def probed() -> Iterator[list[Containment]]:
     """The probe's answer, to set; restored after."""
-    saved = _contain._containment[:]
-    yield _contain._containment
-    _contain._containment[:] = saved
+    saved = STATE.containment[:]
+    yield STATE.containment
+    STATE.containment[:] = saved
 
 
 @pytest.mark.parametrize("kind", list(Containment))
@@ -36,7 +37,7 @@ def _is_the_subreapers(cage: _contain.Cage) -> None:
     assert type(cage) is _contain.Cage
     assert cage.spawn_actions(3) == []
     assert cage.enter()
-    assert not cage.freeze()
+    assert not cage.begin_freeze()
     assert cage.kill_others() == 0
     assert cage.close(0.0) == 0
     assert cage.kill_strays() == (0, True)

@@ -30,6 +30,7 @@ from pytest_rewardhang.guard import (
     _libc,
     run,
 )
+from pytest_rewardhang.guard._state import STATE
 from tests.conftest import assert_dead, children, dead_or_dying, state
 from tests.guard._bounds import GONE_WITHIN_S
 
@@ -72,11 +73,11 @@ def contained(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setenv(_libc.PID_NAMESPACE_ENV, "1")
     else:
         monkeypatch.delenv(_libc.PID_NAMESPACE_ENV, raising=False)
-    saved = _libc._namespaces[:], _contain._containment[:]
-    _libc._namespaces.clear()
-    _contain._containment.clear()
+    saved = STATE.pid_namespaces[:], STATE.containment[:]
+    STATE.pid_namespaces.clear()
+    STATE.containment.clear()
     yield
-    _libc._namespaces[:], _contain._containment[:] = saved
+    STATE.pid_namespaces[:], STATE.containment[:] = saved
 
 
 # ruff: noqa: S607 - "sleep" and "unshare" from PATH, as a scorer would start them

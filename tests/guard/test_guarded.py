@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from pytest_rewardhang.guard import CallFailed, Mechanism, Outcome, Status, _run, guarded, run
+from pytest_rewardhang.guard import CallFailed, Mechanism, Outcome, Status, guarded, run
+from pytest_rewardhang.guard._state import STATE
 
 pytestmark = [pytest.mark.usefixtures("no_leaks"), pytest.mark.timeout(30)]
 
@@ -100,7 +101,7 @@ def test_guarded_refuses_nonsense_when_decorating() -> None:
 def no_fork(monkeypatch: pytest.MonkeyPatch) -> None:
     """A platform without fork (Windows, WASI): the guard must degrade visibly."""
     monkeypatch.delattr(os, "fork")
-    monkeypatch.setattr(_run, "_warned", set())
+    monkeypatch.setattr(STATE, "said", set())
 
 
 @pytest.mark.usefixtures("no_fork")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_rewardhang.guard import Confinement, Pool, Status, _cgroup, _confine, _quota, run
+from pytest_rewardhang.guard._state import STATE
 from tests._procs import assert_dead
 from tests.guard import _confined_items
 from tests.guard.test_confinement import needs
@@ -151,7 +152,7 @@ def test_what_a_pool_cannot_confine_its_items_by_is_said_once(
     # The zygote takes the caller's environment: with cgroups turned off there, its workers
     # have no group to count their processes in.
     monkeypatch.setenv(_cgroup.CGROUP_ENV, "0")
-    monkeypatch.setattr(_confine, "_warned", set())
+    monkeypatch.setattr(STATE, "unconfined_warned", set())
     with (
         caplog.at_level(logging.WARNING, logger="pytest_rewardhang.guard"),
         Pool(ITEM, workers=2, budget=20, max_processes=64, isolate=isolate) as pool,
