@@ -21,6 +21,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Self
 
+from pytest_rewardhang.adapters._state import STATE
+
 # Absolute imports throughout the adapters: verl loads a custom reward file as a standalone
 # module ("custom_module_<hash>"), where relative imports fail. The guard's public API only.
 from pytest_rewardhang.guard import (
@@ -38,27 +40,6 @@ log = logging.getLogger("pytest_rewardhang.adapters")
 
 Scorer = Callable[..., Any] | str
 
-#: The pools the adapters started, by :func:`_pool_key`.
-_pools: dict[tuple[Any, ...], Pool] = {}
-#: The starts that failed, by the same key, and what they raised: each pool is tried once per
-#: process (until close_pools), so the samples after a failed start fail at once instead of
-#: trying again one at a time, each up to the pool's 120 s start bound.
-_failed: dict[tuple[Any, ...], tuple[type[Exception], str]] = {}
-#: One lock per pool being started: its start (the import, the warm-up) holds up only the
-#: samples of that pool.
-_starting: dict[tuple[Any, ...], threading.Lock] = {}
-_lock = threading.Lock()
-
-
-def _reinit_after_fork() -> None:
-    # A thread of the parent's may have held these at the fork, for good in the child, which
-    # starts pools of its own (they are keyed by pid).
-    global _lock
-    _lock = threading.Lock()
-    _starting.clear()
-
-
-os.register_at_fork(after_in_child=_reinit_after_fork)
 _SNIPPET = 200
 #: How long reading a scorer's signature may take: importing it in a forked child.
 _PROBE_S = 120.0
@@ -68,7 +49,7 @@ Warmup = tuple[Any, ...] | Mapping[str, Any] | None
 
 
 def _pool_key(*options: Any) -> tuple[Any, ...]:
-    """A pool's key in :data:`_pools`: :func:`pool_for`'s arguments, as it takes them.
+    """A pool's key in ``STATE.pools``: :func:`pool_for`'s arguments, as it takes them.
 
     Keyed by pid too: a trainer that forks (a ProcessPoolExecutor, a dataloader) must not
     drive its parent's workers. The scorer, an object of the user's, may be unhashable; the
@@ -136,15 +117,15 @@ def pool_for(
     key = _pool_key(
         scorer, budget, memory_mb, workers, warmup, isolate, max_processes, network, unprivileged
     )
-    with _lock:
-        pool = _pools.get(key)
+    with STATE.lock:
+        pool = STATE.pools.get(key)
         if pool is not None and not pool.closed:
             return pool
-        starting = _starting.setdefault(key, threading.Lock())
+        starting = STATE.starting.setdefault(key, threading.Lock())
     with starting:
-        with _lock:
-            pool = _pools.get(key)
-            failed = _failed.get(key)
+        with STATE.lock:
+            pool = STATE.pools.get(key)
+            failed = STATE.failed.get(key)
         if pool is not None and not pool.closed:
             return pool  # another thread started it meanwhile
         if failed is not None:
@@ -163,14 +144,14 @@ def pool_for(
             )
         except (PoolError, SpecError, OSError) as exc:  # OSError: out of descriptors, say
             text = f"the pool of scorer {_shown(scorer)} did not start: {exc}"
-            with _lock:
-                _failed[key] = (type(exc), text)
+            with STATE.lock:
+                STATE.failed[key] = (type(exc), text)
             raise type(exc)(text) from None
         if warmup is not None:
             learned, item = shape_of or (scorer, pickle.loads(warmup))
             learn_from_warmup(learned, pool, item)
-        with _lock:
-            _pools[key] = pool
+        with STATE.lock:
+            STATE.pools[key] = pool
         return pool
 
 
@@ -180,10 +161,10 @@ def _shown(scorer: Scorer) -> str:
 
 def close_pools() -> None:
     """Close every pool the adapters started in this process (they also close at exit)."""
-    with _lock:
-        pools = list(_pools.values())
-        _pools.clear()
-        _failed.clear()  # a scorer fixed since may start now
+    with STATE.lock:
+        pools = list(STATE.pools.values())
+        STATE.pools.clear()
+        STATE.failed.clear()  # a scorer fixed since may start now
     for pool in pools:
         pool.close()
 
@@ -207,13 +188,10 @@ class Accepts:
         return name in self.names
 
 
-_accepts: dict[Any, Accepts] = {}
-
-
 def accepts(scorer: Scorer) -> Accepts:
     """The scorer's parameters; a spec is imported in a forked child, never in this process."""
-    with _lock:
-        known = _accepts.get(_key(scorer))
+    with STATE.lock:
+        known: Accepts | None = STATE.accepts.get(_key(scorer))
     if known is not None:
         return known
     if isinstance(scorer, str):
@@ -230,8 +208,8 @@ def accepts(scorer: Scorer) -> Accepts:
         found = Accepts(tuple(out.value[0]), out.value[1], inspect.Signature(params))
     else:
         found = _accepts_of(scorer)
-    with _lock:
-        _accepts[_key(scorer)] = found
+    with STATE.lock:
+        STATE.accepts[_key(scorer)] = found
     return found
 
 
@@ -274,10 +252,6 @@ def only_accepted(
 
 # --- what a hung sample scores ---------------------------------------------------------------
 
-_templates: dict[Any, dict[str, Any]] = {}
-#: How many samples of each scorer got a bare default before its keys were known here.
-_bare: dict[Any, int] = {}
-
 
 def _zero_like(value: Any) -> Any:
     # The same type as the scorer's own values, so a trainer that stacks a column into an
@@ -291,10 +265,10 @@ def _zero_like(value: Any) -> Any:
 def learn(scorer: Scorer, value: Any) -> None:
     """Remember the keys of a dict the scorer returned, for the default of a hung sample; say
     once if samples got a bare default before: the trainer may have indexed them by key."""
-    if isinstance(value, dict) and _key(scorer) not in _templates:
-        with _lock:
-            _templates.setdefault(_key(scorer), {k: _zero_like(v) for k, v in value.items()})
-            bare = _bare.pop(_key(scorer), 0)
+    if isinstance(value, dict) and _key(scorer) not in STATE.templates:
+        with STATE.lock:
+            STATE.templates.setdefault(_key(scorer), {k: _zero_like(v) for k, v in value.items()})
+            bare = STATE.bare.pop(_key(scorer), 0)
         if bare:
             log.warning(
                 "%s: %d sample(s) got a bare default before its first dict answer in this"
@@ -313,7 +287,7 @@ def learn_from_warmup(scorer: Scorer, pool: Pool, warmup: Any) -> None:
     hangs or crashes first in this process (each of verl's reward workers is one) would get a
     bare number where the trainer indexes the dict's keys. Bounded by the pool's budget; a
     warm-up that does not answer teaches nothing."""
-    if _key(scorer) in _templates:
+    if _key(scorer) in STATE.templates:
         return
     if isinstance(warmup, tuple):
         out = pool.submit(*warmup).result()
@@ -328,10 +302,10 @@ def default_for(scorer: Scorer, default: Any, score_key: str = "score") -> Any:
     ``score_key`` (verl's ``score``, EasyR1's ``overall``) being ``default``."""
     if isinstance(default, Mapping):  # verl's Hydra hands a YAML mapping over as a DictConfig
         return dict(default)
-    template = _templates.get(_key(scorer))
+    template = STATE.templates.get(_key(scorer))
     if template is None:
-        with _lock:
-            _bare[_key(scorer)] = _bare.get(_key(scorer), 0) + 1
+        with STATE.lock:
+            STATE.bare[_key(scorer)] = STATE.bare.get(_key(scorer), 0) + 1
         return default
     return {**template, score_key: default}
 
@@ -437,10 +411,6 @@ def _cut(text: str) -> str:
     return f"{text[:LOG_DETAIL]} [... {len(text) - LOG_DETAIL} more characters]"
 
 
-#: (scorer, why) of each pool that ended under the adapters' samples: said once each.
-_ended: set[tuple[str, str]] = set()
-
-
 def value_or_default(
     out: Outcome, default: Any, sample: Mapping[str, Any], hang_log: str | None, who: str
 ) -> Any:
@@ -453,8 +423,7 @@ def value_or_default(
     why = _cut(out.describe() if out.status is not Status.ERROR else (out.error or "").strip())
     if not out.pool_ended:
         log.warning("%s: %s; scored %r for %s", who, why, default, shown)
-    elif (who, why) not in _ended:  # one line for all the samples it held; a new pool next
-        _ended.add((who, why))
+    elif STATE.say_once("ended", who, why):  # one line for all the samples it held
         log.warning("%s: %s; scored %r for every sample it held", who, why, default)
     if hang_log:
         record = {
@@ -467,17 +436,12 @@ def value_or_default(
         }
         line = json.dumps(record, default=repr) + "\n"
         try:
-            with _lock, open(hang_log, "a", encoding="utf-8") as f:  # whole lines, any thread
+            with STATE.lock, open(hang_log, "a", encoding="utf-8") as f:  # whole lines, any thread
                 f.write(line)
         except OSError as exc:  # its folder gone, the disk full: the sample still scores
-            if (hang_log, str(exc)) not in _unlogged:
-                _unlogged.add((hang_log, str(exc)))
+            if STATE.say_once("unlogged", hang_log, str(exc)):
                 log.warning("%s: hang_log %r not written: %s", who, hang_log, exc)
     return default
-
-
-#: (hang_log, error) of each failed write to it: said once each.
-_unlogged: set[tuple[str, str]] = set()
 
 
 def _check_hang_log(hang_log: object) -> None:
@@ -645,13 +609,13 @@ class Scoring:
 
     async def aaccepts(self) -> Accepts:
         """:meth:`accepts` without blocking the event loop the first time (a forked probe)."""
-        known = _accepts.get(_key(self.scorer))
+        known: Accepts | None = STATE.accepts.get(_key(self.scorer))
         if known is not None:
             return known
         return await asyncio.to_thread(self.accepts)
 
     async def _apool(self) -> Pool:
-        pool = _pools.get(_pool_key(*self._pool_options()))
+        pool = STATE.pools.get(_pool_key(*self._pool_options()))
         if pool is not None and not pool.closed:
             return pool
         # Starting a pool waits for its zygote to import the scorer: not on the event loop.

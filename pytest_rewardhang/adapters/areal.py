@@ -32,7 +32,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from pytest_rewardhang.adapters import _shared, generic
+from pytest_rewardhang.adapters import _shared, _state, generic
 
 __all__ = ["GuardedRewardWrapper"]
 
@@ -59,16 +59,11 @@ class GuardedRewardWrapper(generic.PooledScorer):
         return value
 
 
-#: Scorers whose ``slow_s`` could not be reported (no AReaL here), said once each.
-_unreported: set[str] = set()
-
-
 def _record(metrics: dict[str, float], scoring: _shared.Scoring) -> None:
     """Into AReaL's stats tracker, as the workflow records its reward, where AReaL runs: the
     workflow's context (a ``contextvars`` value) is this coroutine's. Never imported here."""
     if "areal" not in sys.modules:
-        if scoring.slow_s is not None and scoring.name not in _unreported:
-            _unreported.add(scoring.name)
+        if scoring.slow_s is not None and _state.STATE.say_once("areal unreported", scoring.name):
             _shared.log.warning(
                 "%s: slow_s is set, but AReaL is not loaded in this process: its metrics are"
                 " not recorded",

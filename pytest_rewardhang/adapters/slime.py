@@ -26,13 +26,11 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_rewardhang.adapters import _shared
+from pytest_rewardhang.adapters import _shared, _state
 
 __all__ = ["PooledGroupRM", "PooledRM", "log_reward_metrics", "pooled_group_rm", "pooled_rm"]
 
 _METRICS = (_shared.HANG_METRIC, _shared.SECONDS_METRIC, _shared.SLOW_METRIC)
-#: What :func:`log_reward_metrics` has said already: once a process.
-_said: set[str] = set()
 
 _FIELDS = ("response", "label", "prompt", "metadata")
 
@@ -95,8 +93,7 @@ def log_reward_metrics(
     means = {f"rollout/{name}": statistics.fmean(v) for name, v in found.items() if v}
     if isinstance(rollout_extra_metrics, dict):
         rollout_extra_metrics.update(means)
-    elif means and not _said:
-        _said.add("no metrics dict")
+    elif means and _state.STATE.say_once("slime: no metrics dict"):
         _shared.log.warning(
             "log_reward_metrics: this rollout function returns no metrics dict, so the reward"
             " metrics are not logged (%s)",

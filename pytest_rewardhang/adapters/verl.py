@@ -36,7 +36,7 @@ import functools
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-from pytest_rewardhang.adapters import _shared
+from pytest_rewardhang.adapters import _shared, _state
 from pytest_rewardhang.guard import MAX_PROCESSES as _MAX_PROCESSES
 from pytest_rewardhang.guard import Outcome as _Outcome
 
@@ -62,9 +62,6 @@ CODE_SOURCES = frozenset({"codecontests", "apps", "codeforces", "taco"})
 #: What verl's reward loop passes beyond verl's four (``RewardLoopManagerBase.run_single``):
 #: any other keyword comes from the user's ``reward_kwargs``.
 _VERL_PASSES = frozenset({"reward_router_address", "reward_model_tokenizer"})
-#: The (scorer, ``reward_kwargs`` key) pairs already reported as taken by neither the guard
-#: nor the scorer.
-_unused: set[tuple[str, str]] = set()
 
 
 def _sample(
@@ -91,8 +88,7 @@ def _say_unused(scoring: _shared.Scoring, took: _shared.Accepts, kwargs: dict[st
     """A ``reward_kwargs`` key nothing takes is most likely misspelt (``budgte``): said once
     per scorer, not dropped in silence. Once per call: every sample of it has the same keys."""
     for key in kwargs.keys() - _VERL_PASSES:
-        if not took.takes(key) and (scoring.name, key) not in _unused:
-            _unused.add((scoring.name, key))
+        if not took.takes(key) and _state.STATE.say_once("verl unused", scoring.name, key):
             _shared.log.warning(
                 "%s: verl's reward_kwargs %r is neither the guard's nor taken by the scorer:"
                 " ignored",

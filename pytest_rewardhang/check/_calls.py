@@ -76,8 +76,15 @@ class OffMainThread(Exception):
     """``signal.signal`` raised off the main thread in the call, even if the scorer caught it."""
 
 
-#: ``signal.signal`` failures off the main thread during the current call, as "file:line".
-_SIGNAL_FAILURES: list[str] = []
+class _SignalFailures:
+    """``signal.signal`` failures off the main thread during the current call, as
+    "file:line" (one object: the patched ``signal.signal`` notes them, the call reads them)."""
+
+    def __init__(self) -> None:
+        self.where: list[str] = []
+
+
+_SIGNAL_FAILURES = _SignalFailures()
 
 
 def _watch_signal() -> None:
@@ -98,7 +105,7 @@ def _watch_signal() -> None:
         except ValueError:
             if threading.current_thread() is not threading.main_thread():
                 caller = sys._getframe(1)
-                _SIGNAL_FAILURES.append(f"{caller.f_code.co_filename}:{caller.f_lineno}")
+                _SIGNAL_FAILURES.where.append(f"{caller.f_code.co_filename}:{caller.f_lineno}")
             raise
 
     watched.__reward_hang__ = True  # type: ignore[attr-defined]
@@ -163,7 +170,7 @@ class ScorerCall:
             called, ran = _measure.measured(lambda: self(**kwargs), fn)
             return {**called, "measured": ran} if isinstance(called, dict) else called
         kwargs = _materialized(kwargs, self.materialize)
-        del _SIGNAL_FAILURES[:]
+        _SIGNAL_FAILURES.where = []
         threads = {thread.ident for thread in threading.enumerate()}
         if self.adopt:
             # What the call's children leave when they end comes to this process, so it can be
@@ -180,10 +187,10 @@ class ScorerCall:
                 if inspect.isawaitable(value):
                     value = asyncio.run(_awaited(value))
         except Exception as exc:
-            if _SIGNAL_FAILURES:
+            if _SIGNAL_FAILURES.where:
                 raise OffMainThread(_off_main("it raised it")) from exc
             raise
-        if _SIGNAL_FAILURES:
+        if _SIGNAL_FAILURES.where:
             raise OffMainThread(
                 _off_main("the scorer caught it: a threaded trainer gets its fallback score")
             )
@@ -302,7 +309,7 @@ def score_of(value: Any) -> float | None:
 
 def _off_main(then: str) -> str:
     """One line (``OFF_MAIN_WHY`` adds the why and the fix on lines of their own)."""
-    where = ", ".join(dict.fromkeys(_SIGNAL_FAILURES))
+    where = ", ".join(dict.fromkeys(_SIGNAL_FAILURES.where))
     return (
         "raises off the main thread: signal.signal raised ValueError ('signal only works in "
         f"main thread') at {where}; {then}" + OFF_MAIN_WHY

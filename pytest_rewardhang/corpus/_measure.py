@@ -53,18 +53,30 @@ _PERF_FLAG_FD_CLOEXEC = 8
 #: profiler's and the optimizer's).
 _TOOL_IDS = (3, 4)
 
-#: The features this worker reported, and the key each location is reported by.
-_known: set[int] = set()
-_places: dict[tuple[CodeType, int], int] = {}
-_own: dict[CodeType, bool] = {}
-_counter: int | None = None
-_counter_tried = False
-_tool: int | None = None
-_not_own_dirs: tuple[str, ...] = ()
-#: The folder of the scorer's own package (or file): its code is the scorer's wherever it lies,
-#: in site-packages too (verl's, TRL's scorers), where nothing else is.
-_scorer_dirs: tuple[str, ...] = ()
-_scorer_file = ""
+
+class _Measuring:
+    """What a worker remembers between the calls it measures, in one object (:data:`_SEEN`)."""
+
+    def __init__(self) -> None:
+        #: The features this worker reported, and the key each location is reported by.
+        self.known: set[int] = set()
+        self.places: dict[tuple[CodeType, int], int] = {}
+        #: Whether each code object is the scorer's (see :func:`own`).
+        self.own: dict[CodeType, bool] = {}
+        #: The instruction counter, once tried (None: there is none).
+        self.counter: int | None = None
+        self.counter_tried = False
+        #: The ``sys.monitoring`` tool id taken, once taken.
+        self.tool: int | None = None
+        #: The standard library's, site-packages' and this package's folders.
+        self.not_own_dirs: tuple[str, ...] = ()
+        #: The folder of the scorer's own package (or file): its code is the scorer's wherever
+        #: it lies, in site-packages too (verl's, TRL's scorers), where nothing else is.
+        self.scorer_dirs: tuple[str, ...] = ()
+        self.scorer_file = ""
+
+
+_SEEN = _Measuring()
 
 
 def measured(call: Callable[[], T], scorer: object = None) -> tuple[T, dict[str, Any]]:
@@ -110,16 +122,17 @@ class _Tally:
         that runs a loop twice as often as any before it reaches something new."""
         found = []
         for (code, line), count in self.counts.items():
-            place = _places.get((code, line))
+            place = _SEEN.places.get((code, line))
             if place is None:
                 # The same in every process: a file, a function, a line; no address.
                 where = f"{code.co_filename}:{code.co_name}:{line}"
                 place = zlib.crc32(where.encode(errors="replace"))
-                if len(_places) < MAX_KNOWN:  # code made afresh each call must not pile up
-                    _places[code, line] = place
+                if len(_SEEN.places) < MAX_KNOWN:  # code made afresh each call: no pile up
+                    _SEEN.places[code, line] = place
             feature = place << 6 | count.bit_length()
-            if feature not in _known and len(_known) < MAX_KNOWN:
-                _known.add(feature)
+            known = _SEEN.known
+            if feature not in known and len(known) < MAX_KNOWN:
+                known.add(feature)
                 found.append(feature)
         return sorted(found)[:MAX_NEW]
 
@@ -130,12 +143,13 @@ class _Tally:
 def own(code: CodeType) -> bool:
     """Whether ``code`` is the scorer's: a file of its own package, or outside the standard
     library, site-packages and this package."""
-    found = _own.get(code)
+    seen = _SEEN.own
+    found = seen.get(code)
     if found is None:
-        if len(_own) >= MAX_KNOWN:  # code made afresh each call (an ``exec``) must not pile up
-            _own.clear()
+        if len(seen) >= MAX_KNOWN:  # code made afresh each call (an ``exec``) must not pile up
+            seen.clear()
         name = code.co_filename
-        found = _own[code] = name.startswith(_scorer_dirs) or not name.startswith(
+        found = seen[code] = name.startswith(_SEEN.scorer_dirs) or not name.startswith(
             ("<", *_skipped_dirs())
         )
     return found
@@ -143,32 +157,30 @@ def own(code: CodeType) -> bool:
 
 def _note_scorer(scorer: object) -> None:
     """Take the folder of ``scorer``'s top-level package (its file's, outside one) as its own."""
-    global _scorer_dirs, _scorer_file
     code = getattr(inspect.unwrap(scorer), "__code__", None) if callable(scorer) else None
-    if code is None or code.co_filename.startswith("<") or code.co_filename == _scorer_file:
+    if code is None or code.co_filename.startswith("<") or code.co_filename == _SEEN.scorer_file:
         return  # a worker scores one scorer: its folders are looked up once
-    _scorer_file = code.co_filename
+    _SEEN.scorer_file = code.co_filename
     folder = os.path.dirname(os.path.abspath(code.co_filename))
     while os.path.exists(os.path.join(folder, "__init__.py")):
         parent = os.path.dirname(folder)
         if not os.path.exists(os.path.join(parent, "__init__.py")):
             break
         folder = parent
-    if _scorer_dirs != (own_dir := os.path.join(folder, ""),):
-        _scorer_dirs = (own_dir,)
-        _own.clear()
+    if _SEEN.scorer_dirs != (own_dir := os.path.join(folder, ""),):
+        _SEEN.scorer_dirs = (own_dir,)
+        _SEEN.own.clear()
 
 
 def _skipped_dirs() -> tuple[str, ...]:
-    global _not_own_dirs
-    if not _not_own_dirs:
+    if not _SEEN.not_own_dirs:
         paths = sysconfig.get_paths()
         dirs = {
             paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths
         }
         dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        _not_own_dirs = tuple(os.path.join(d, "") for d in dirs if d)
-    return _not_own_dirs
+        _SEEN.not_own_dirs = tuple(os.path.join(d, "") for d in dirs if d)
+    return _SEEN.not_own_dirs
 
 
 def _start_lines(tally: _Tally) -> Callable[[], None]:
@@ -179,18 +191,17 @@ def _start_lines(tally: _Tally) -> Callable[[], None]:
 
 
 def _start_monitoring(tally: _Tally) -> Callable[[], None]:
-    global _tool
     monitoring: Any = getattr(sys, "monitoring")  # noqa: B009 - 3.12+, and mypy runs on 3.11
     events = monitoring.events
-    if _tool is None:
+    if _SEEN.tool is None:
         for tool in _TOOL_IDS:
             if monitoring.get_tool(tool) is None:
                 monitoring.use_tool_id(tool, "pytest-rewardhang")
-                _tool = tool
+                _SEEN.tool = tool
                 break
         else:
             return lambda: None
-    tool = _tool
+    tool = _SEEN.tool
     disable = monitoring.DISABLE
     counts = tally.counts
 
@@ -273,11 +284,10 @@ def _start_tracing(tally: _Tally) -> Callable[[], None]:
 def _instructions() -> int | None:
     """A counter of the instructions this process's threads retire in user space, opened once
     per process; None where the kernel has none (a virtual machine, ``perf_event_paranoid``)."""
-    global _counter, _counter_tried
-    if not _counter_tried:
-        _counter_tried = True
-        _counter = _open_counter()
-    return _counter
+    if not _SEEN.counter_tried:
+        _SEEN.counter_tried = True
+        _SEEN.counter = _open_counter()
+    return _SEEN.counter
 
 
 #: Where the kernel lists the processor's own event counters (``cpu``, ``cpu_core`` on x86,

@@ -37,6 +37,7 @@ import pytest
 
 import pytest_rewardhang.adapters.verl as verl_adapter
 from pytest_rewardhang.adapters import _shared
+from pytest_rewardhang.adapters._state import STATE
 from pytest_rewardhang.adapters.trl import async_pooled_reward, pooled_reward
 from tests.adapters._scorers import BUDGET, SLACK, spec
 
@@ -183,10 +184,12 @@ def test_verl_ships_only_what_the_scorer_takes() -> None:
     )
 
 
-def test_verl_reward_kwargs_nothing_takes_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_verl_reward_kwargs_nothing_takes_is_said_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A misspelt guard keyword in reward_kwargs (reward.py:96 merges them into every call) is
     one warning naming it, not dropped in silence; verl's own extras are never reported."""
-    verl_adapter._unused.clear()  # said once per process: not yet, in this test
+    monkeypatch.setattr(STATE, "said", set())  # said once per process: not yet, in this test
     fn = load_like_verl(
         Path(verl_adapter.__file__), "compute_score", {"scorer": spec("compute_score"), "budgte": 5}
     )
@@ -341,7 +344,7 @@ def test_isolate_passes_through_to_the_pool_and_a_hang_still_costs_only_its_samp
     # The adapters know no kind of scorer: isolate=True is the caller's to ask for.
     reward = make_reward(spec("accuracy"), budget=BUDGET, default=None, workers=1, isolate=True)
     assert trl_call(reward, ["= 42"], ground_truth=["42"]) == [1.0]  # starts the pool
-    [pool] = [p for key, p in _shared._pools.items() if key[0] == spec("accuracy")]
+    [pool] = [p for key, p in STATE.pools.items() if key[0] == spec("accuracy")]
     assert pool._engine.processes.isolate
     start = time.perf_counter()
     scores = trl_call(reward, ["x = 42", "hang", "y = 41", "z = 42"], ground_truth=["42"] * 4)
@@ -351,7 +354,7 @@ def test_isolate_passes_through_to_the_pool_and_a_hang_still_costs_only_its_samp
 
 def isolated_pools(scorer: str) -> list[bool]:
     """Whether each pool the adapters hold for ``scorer`` isolates its items, in start order."""
-    return [p._engine.processes.isolate for key, p in _shared._pools.items() if key[0] == scorer]
+    return [p._engine.processes.isolate for key, p in STATE.pools.items() if key[0] == scorer]
 
 
 def test_verl_isolates_the_samples_of_its_code_data_sources_by_default() -> None:
@@ -500,7 +503,7 @@ def test_an_unhashable_scorer_object_is_scored_as_itself() -> None:
     double, triple = PooledScorer(Weighted(2.0), budget=BUDGET), PooledScorer(Weighted(3.0))
     assert (double.score_sync("= 1", "1"), triple.score_sync("= 1", "1")) == (2.0, 3.0)
     assert double.score_sync("= 1", "1") == 2.0  # its own pool again, not the other's
-    assert len(_shared._pools) == 2
+    assert len(STATE.pools) == 2
 
 
 def test_a_pool_that_cannot_start_for_want_of_descriptors_leaks_none_and_says_so_once() -> None:
