@@ -78,13 +78,14 @@ class Isolated(_Serve):  # pragma: no cover - worker only
         # this item's answer alone; it never holds the worker's result pipe.
         handed_r, handed_w = os.pipe()
         box = self.box.item()
+        # Its time, from its fork to its hand-over, as we see it: what it hands over is the
+        # call's to write, and a time it claimed (a nanosecond) would be its outcome's and set
+        # the size of every later batch, by the mean item time. Read before the fork: on a
+        # busy machine the child may run for a while before the fork returns here.
+        start = time.perf_counter()
         pid = os.fork()
         if pid == 0:
             self._child(item, box, handed_w)
-        # Its time, from its fork to its hand-over, as we see it: what it hands over is the
-        # call's to write, and a time it claimed (a nanosecond) would be its outcome's and set
-        # the size of every later batch, by the mean item time.
-        start = time.perf_counter()
         os.close(handed_w)
         self.child = pid
         try:
