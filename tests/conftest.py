@@ -152,6 +152,7 @@ _EXTRA_MODULES = {
     "trl": ("trl", "torch"),
     "verl": ("verl", "tensordict", "omegaconf"),
     "openrlhf": ("openrlhf", "aiohttp"),
+    "areal": ("areal", "httpx", "numba", "colorlog", "tenacity"),
 }
 
 
