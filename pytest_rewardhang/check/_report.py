@@ -595,6 +595,9 @@ class Summary:
         return found
 
     def table(self) -> list[str]:
+        """The terminal's table, a row per scorer; then, for each scorer whose search ran,
+        what steered it."""
+        entries = self.scorers()
         rows = [
             (
                 "scorer",
@@ -609,7 +612,7 @@ class Summary:
                 "growth",
             )
         ]
-        for entry in self.scorers():
+        for entry in entries:
             walls = sorted(case["wall_s"] for case in entry["cases"]) or [0.0]
             timeouts = sum(case["status"] == "timeout" for case in entry["cases"])
             errors = sum(
@@ -636,6 +639,10 @@ class Summary:
         return [
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
             for row in rows
+        ] + [
+            f"{entry['id']}: its search was {entry['search_signal']}"
+            for entry in entries
+            if "search_signal" in entry
         ]
 
     def write_json(self, path: Path, settings: dict[str, Any]) -> None:

@@ -264,11 +264,6 @@ class RewardHangSession:
         terminalreporter.write_sep("=", "reward hang check")
         for line in self.summary.table():
             terminalreporter.write_line(line)
-        for entry in self.summary.scorers():
-            if "search_signal" in entry:
-                terminalreporter.write_line(
-                    f"{entry['id']}: its search was {entry['search_signal']}"
-                )
         for scorer_id, why in self.summary.no_longer_hanging():
             terminalreporter.write_line(f"FAILED {scorer_id}: {why}", red=True)
         baseline_lines = self.summary.baseline_lines() + self.baseline_notes

@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import NamedTuple
 
 from ._contain import containment
 from ._decode import DECODE_TIME_S, died, item_answer, output_text, stack_text
@@ -94,6 +94,24 @@ def answer_outcome(
     return answered(answer, fields.leaked, common)
 
 
+class DecodeJob(NamedTuple):
+    """One answer waiting to be decoded, and what its outcome needs."""
+
+    #: When it came (monotonic): past DECODE_WAIT_S of waiting it is not decoded.
+    arrived: float
+    #: The item's index (``index`` is tuple's own method).
+    item_index: int
+    fields: ResultFields
+    #: Its output, then its pickled payload.
+    data: bytes
+    #: What its worker's output pipe held besides, and how much more was dropped (read when
+    #: the answer came).
+    drained: tuple[bytes, int] | None
+    budget: float
+    objects: bool
+    confined: frozenset[Confinement]
+
+
 class Decoder:
     """A thread that decodes answers, in the order they came, and hands each outcome in.
 
@@ -110,21 +128,21 @@ class Decoder:
     def __init__(self, hand_in: weakref.WeakMethod[Callable[[Decoded], None]]) -> None:
         #: Weak, as the thread outlives a pool that was not closed until it is told to end.
         self.hand_in = hand_in
-        self.jobs: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[DecodeJob | None] = queue.SimpleQueue()
         #: Whether the thread runs; under ``lock``, so that a job put as it ends is not left.
         self.running = False
         self.lock = threading.Lock()
         #: The bytes of the answers waiting, under ``lock``: at most QUEUED_LIMIT.
         self.queued = 0
 
-    def put(self, index: int, fields: ResultFields, data: bytes, *rest: Any) -> bool:
-        """Decode ``(index, fields, data, drained, budget, objects, confined)`` in turn; False
-        when that would hold more than QUEUED_LIMIT bytes waiting (nothing is held then)."""
+    def put(self, job: DecodeJob) -> bool:
+        """Decode ``job`` in turn; False when that would hold more than QUEUED_LIMIT bytes
+        waiting (nothing is held then)."""
         with self.lock:
-            if self.queued + len(data) > QUEUED_LIMIT:
+            if self.queued + len(job.data) > QUEUED_LIMIT:
                 return False
-            self.queued += len(data)
-            self.jobs.put((time.monotonic(), index, fields, data, *rest))
+            self.queued += len(job.data)
+            self.jobs.put(job)
             if not self.running:
                 self.running = True
                 thread = threading.Thread(target=self._decoding, name="rewardhang-decode")
@@ -384,8 +402,17 @@ class Answers:
         # Anything more is decoded beside the loop, never in it: see Decoder.
         data = bytes(buffer[at : at + fields.output_size + size])
         decoder = self.decoders[len(data) > SMALL_ANSWER]
-        rest = (drained, self.budget, self.objects, worker.confined)
-        if not decoder.put(index, fields, data, *rest):
+        job = DecodeJob(
+            time.monotonic(),
+            index,
+            fields,
+            data,
+            drained,
+            self.budget,
+            self.objects,
+            worker.confined,
+        )
+        if not decoder.put(job):
             why = (
                 f"its answer ({len(data):,} bytes) came while {decoder.queued:,} bytes of answers"
                 f" waited to be decoded, past QUEUED_LIMIT ({QUEUED_LIMIT:,})"
