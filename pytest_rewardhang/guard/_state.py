@@ -8,9 +8,9 @@ what a process holds and what a fork does to it.
 A forked process (a ``run()`` child, a pool's worker, an isolated item) starts from a copy of
 its parent's. :meth:`ProcessState.forked`, run in every such child, is the one place that says
 which parts are the parent's alone and go: what names the parent (its pid, its cgroup folder
-and keeper, the group it joined, its held signal masks) and what a thread of the parent's may
-have held locked at the fork. The rest stays: the machine's answers are the child's too, and
-what was said once is not said again.
+and keeper, the group it joined, its held signal masks, the children and groups it has yet to
+end) and what a thread of the parent's may have held locked at the fork. The rest stays: the
+machine's answers are the child's too, and what was said once is not said again.
 """
 
 from __future__ import annotations
@@ -72,13 +72,7 @@ class ProcessState:
         #: The confinements asked for that could not apply, warned about.
         self.unconfined_warned: set[Confinement] = set()
 
-        # --- made by this process, ended by it or by a later call --------------------------
-        #: Killed children not reaped within the bound: the next sweep reaps them (:mod:`._reap`).
-        self.unreaped: set[int] = set()
-        #: Cgroup v2 groups killed whose members were still exiting when closed.
-        self.cgroups_pending: list[str] = []
-        #: Their v1 twins (memory and pids limits).
-        self.v1_pending: list[str] = []
+        # --- what a guarded process or a zygote keeps of its own start ----------------------
         #: A guarded process's stdio objects it replaced, kept unfinalized (:mod:`._child`).
         self.replaced_stdio: list[tuple[object, object, object]] = []
         #: The temporary folder a pool's caller made for this zygote (:mod:`._zygote`).
@@ -103,17 +97,22 @@ class ProcessState:
         self.keeper: list[tuple[int, bytes]] = []
         #: The group this guarded process joined, once it has.
         self.joined: list[JoinedGroup] = []
+        #: Killed children not reaped within the bound: the next sweep reaps them (:mod:`._reap`).
+        self.unreaped: set[int] = set()
+        #: Cgroup v2 groups killed whose members were still exiting when closed: removed by a
+        #: later call.
+        self.cgroups_pending: list[str] = []
+        #: Their v1 twins (memory and pids limits).
+        self.v1_pending: list[str] = []
         #: This process's v1 hierarchies: controller to its folder.
         self.v1_homes: dict[str, str | None] = {}
         #: The uids this process hands out (:func:`._confine.uids`), made when first needed.
         self.uids: UidBlock | None = None
 
     def forked(self) -> None:
-        """In a forked child: what names its parent goes, and the locks a thread of the
-        parent's may have held at the fork; the groups its parent had pending are its
-        parent's to remove."""
+        """In a forked child: what names its parent goes (its children to reap and its groups
+        to remove are its parent's), and the locks a thread of the parent's may have held."""
         self._own()
-        self.cgroups_pending = []
 
 
 #: This process's (see :class:`ProcessState`).

@@ -161,6 +161,9 @@ def test_a_forked_child_drops_what_names_its_parent_and_keeps_the_machine() -> N
     _confine.uids().take()
     contained = _contain.containment()
     home = _cgroup.home()
+    # The parent's to end: harmless to a later sweep (no such child, no such folder).
+    STATE.unreaped.add(1 << 30)
+    STATE.cgroups_pending.append("/nonexistent/rewardhang-test")
     read, write = os.pipe()
     held, release = threading.Event(), threading.Event()
 
@@ -186,6 +189,7 @@ def test_a_forked_child_drops_what_names_its_parent_and_keeps_the_machine() -> N
                 "keeper": STATE.keeper,
                 "joined": len(STATE.joined),
                 "held": len(STATE.held_masks),
+                "to_end": [list(STATE.unreaped), STATE.cgroups_pending, STATE.v1_pending],
                 "uids": STATE.uids is None,
                 "lock": STATE.cgroup_lock.acquire(timeout=5),
                 "containment": STATE.containment[0].value,
@@ -207,6 +211,7 @@ def test_a_forked_child_drops_what_names_its_parent_and_keeps_the_machine() -> N
     assert seen["keeper"] == []
     assert seen["joined"] == 0
     assert seen["held"] == 0
+    assert seen["to_end"] == [[], [], []]
     assert seen["uids"], "the child hands out a block of uids of its own"
     assert seen["lock"], "a lock its parent's thread held at the fork"
     assert seen["containment"] == contained.value  # the machine's answer kept
