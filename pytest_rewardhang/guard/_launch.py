@@ -81,9 +81,8 @@ log = logging.getLogger("pytest_rewardhang.guard")
 def _say_once(note: str, forked: bool) -> None:
     """Warn, once per process and note, of what a scorer's import made that workers forked
     from one process would share (a kill could leave its lock held for all of them)."""
-    if note in STATE.said:
+    if not STATE.say_once(note):
         return
-    STATE.said.add(note)
     if forked:  # a closure: only this process has it, so no worker can import it by name
         what = "make it in the scorer's first call instead, or serve a function by name"
     else:

@@ -192,9 +192,8 @@ def guarded(
 
 
 def _warn_once(mechanism: str) -> None:
-    if f"run:{mechanism}" in STATE.said:
+    if not STATE.say_once(f"run:{mechanism}"):
         return
-    STATE.said.add(f"run:{mechanism}")
     if mechanism == "alarm":
         text = "os.fork is unavailable: guarding with SIGALRM, which cannot stop a hang inside C"
     elif mechanism == "memory":

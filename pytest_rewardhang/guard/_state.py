@@ -109,6 +109,13 @@ class ProcessState:
         #: The uids this process hands out (:func:`._confine.uids`), made when first needed.
         self.uids: UidBlock | None = None
 
+    def say_once(self, what: str) -> bool:
+        """Whether ``what`` is new to :attr:`said` (and now said)."""
+        if what in self.said:
+            return False
+        self.said.add(what)
+        return True
+
     def forked(self) -> None:
         """In a forked child: what names its parent goes (its children to reap and its groups
         to remove are its parent's), and the locks a thread of the parent's may have held."""
