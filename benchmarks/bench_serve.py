@@ -1,7 +1,9 @@
 """The guarded reward server side by side with the servers reward code runs behind today.
 
 Run: .venv/bin/pip install -q -e '.[serve,bench]' && .venv/bin/python benchmarks/bench_serve.py
-(``--quick``: a smoke run)
+(``--quick``: a smoke run; ``--against ROOT``: also the guarded server of the package in ROOT,
+e.g. one made with ``git archive REV pytest_rewardhang | tar -x -C ROOT``, in rounds that take
+turns with this checkout's, ``--rounds`` of them, each figure the median run of its peer)
 
 Three servers, each the same ASGI app (``pytest_rewardhang.serve.RewardApp``, ``--style json``)
 on the same uvicorn, on loopback, differing only in how a sample is scored:
@@ -125,13 +127,18 @@ class Run:
 
 def start(peer: str, logs: Path) -> tuple[subprocess.Popen[bytes], int]:
     """The peer's server, its output to ``logs`` (a pipe nobody reads would fill and stop it)."""
-    if peer == "guarded":
+    env = dict(os.environ)
+    if peer.startswith("guarded"):
         command = [
-            str(Path(sys.executable).with_name("pytest-rewardhang")),
+            *(sys.executable, "-m", "pytest_rewardhang"),
             *("serve", SCORER, "--port", "0", "--workers", str(WORKERS), "--budget", str(BUDGET)),
         ]
     else:
         command = [sys.executable, __file__, "--peer", peer]
+    # "guarded ROOT": the package in ROOT, which `-m` finds first when run there.
+    root = peer.partition(" ")[2] or None
+    if root:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, env.get("PYTHONPATH"))))
 
     def limits() -> None:
         die_with_parent()
@@ -144,6 +151,8 @@ def start(peer: str, logs: Path) -> tuple[subprocess.Popen[bytes], int]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=limits,
+            env=env,
+            cwd=root,
         )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
@@ -156,7 +165,7 @@ def start(peer: str, logs: Path) -> tuple[subprocess.Popen[bytes], int]:
 
 
 def stop(peer: str, proc: subprocess.Popen[bytes]) -> None:
-    if peer == "guarded":
+    if peer.startswith("guarded"):
         proc.send_signal(signal.SIGTERM)  # graceful: the pool is closed, nothing left
         try:
             proc.communicate(timeout=30)
@@ -241,6 +250,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds each")
     parser.add_argument("--peer", choices=["unguarded", "threads"], help=argparse.SUPPRESS)
+    parser.add_argument("--against", type=Path, help="a folder holding another pytest_rewardhang")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each peer, taking turns")
     args = parser.parse_args()
     if args.peer:
         serve_peer(args.peer)
@@ -251,18 +262,30 @@ def main() -> int:
     except ImportError as exc:
         print(f"needs the serve and bench extras: pip install -e '.[serve,bench]' ({exc})")
         return 2
+    peers = dict(PEERS)
+    if args.against:
+        if not (args.against / "pytest_rewardhang" / "__init__.py").is_file():
+            parser.error(f"--against {args.against}: no pytest_rewardhang package in it")
+        peers[f"guarded {args.against.resolve()}"] = f"the same, the package in `{args.against}`"
     seconds = 2.0 if args.quick else 12.0
     began = time.monotonic()
     load_start = os.getloadavg()[0]
+    rounds: dict[tuple[str, bool], list[Run]] = {}
+    for _ in range(args.rounds):
+        for hangs in (False, True):
+            for peer in peers:
+                rounds.setdefault((peer, hangs), []).append(measure(peer, hangs, seconds))
+    # Each peer's median run by throughput: one run's figures, never a mix of runs.
     runs = {
-        (peer, hangs): measure(peer, hangs, seconds) for peer in PEERS for hangs in (False, True)
+        key: sorted(found, key=lambda run: run.answered / run.seconds)[len(found) // 2]
+        for key, found in rounds.items()
     }
     print(
         "| server | samples/s, no hangs | p50 / p99, no hangs | samples/s, 1% hangs "
         "| p50 / p99, 1% hangs | requests given up, 1% hangs | worker-s per hang |"
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
-    for peer, label in PEERS.items():
+    for peer, label in peers.items():
         clean, hung = runs[peer, False], runs[peer, True]
         print(
             f"| {label} | {clean.answered / clean.seconds:,.0f} "
@@ -280,7 +303,8 @@ def main() -> int:
     print()
     print(
         f"{machine()}; {CLIENTS} clients x {BATCH} samples a request, {seconds:g} s per run, "
-        f"{WORKERS} workers, {BUDGET} s budget, {CLIENT_TIMEOUT_S:g} s client timeout; load "
+        f"{WORKERS} workers, {BUDGET} s budget, {CLIENT_TIMEOUT_S:g} s client timeout; "
+        f"{args.rounds} round(s); load "
         f"average {load_start:.2f} at start, {os.getloadavg()[0]:.2f} at end; took "
         f"{time.monotonic() - began:.0f} s"
     )

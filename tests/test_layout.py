@@ -304,35 +304,57 @@ def facts(name):
         "kinds": kinds,
     }
 
+def forked(task, *args):  # task(*args)'s JSON from a forked child, None if it died first
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stdout is the report's
+            answer = task(*args)
+            with os.fdopen(write, "w") as out:
+                json.dump(answer, out)
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answers:
+        text = answers.read()
+    os.waitpid(pid, 0)
+    return json.loads(text) if text else None
+
+def imported(name):  # None once name is imported, else the traceback
+    try:
+        __import__(name)
+    except BaseException:
+        import traceback
+        return traceback.format_exc()
+    return None
+
+def alone(name, before):
+    failed = imported(name)
+    if failed:
+        return {"error": failed}
+    loaded = sorted(set(sys.modules) - before)
+    return {"loaded": loaded, "foreign": foreign(loaded), **facts(name)}
+
+def group(parent, names, before):
+    # Importing a.b.c imports a.b first: each of a package's modules is forked from a process
+    # that imported the package, which loads nothing the module's own import would not.
+    failed = parent and imported(parent)
+    if failed:
+        return {name: {"error": failed} for name in names}
+    return {name: forked(alone, name, before) for name in names}
+
 def main():
     sys.path.insert(0, sys.argv[1])
     before = set(sys.modules)
-    report = {}
+    groups = {}
     for name in sys.argv[2:]:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            try:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stdout is the report's
-                try:
-                    __import__(name)
-                except BaseException:
-                    import traceback
-                    answer = {"error": traceback.format_exc()}
-                else:
-                    loaded = sorted(set(sys.modules) - before)
-                    answer = {"loaded": loaded, "foreign": foreign(loaded)}
-                    answer.update(facts(name))
-                with os.fdopen(write, "w") as out:
-                    json.dump(answer, out)
-            finally:
-                os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as answers:
-            text = answers.read()
-        os.waitpid(pid, 0)
-        report[name] = json.loads(text) if text else {"error": "the child died"}
+        groups.setdefault(name.rpartition(".")[0], []).append(name)
+    report = {}
+    for parent, names in groups.items():
+        found = forked(group, parent, names, before) or {}
+        report.update({name: found.get(name) or {"error": "the child died"} for name in names})
     json.dump(report, sys.stdout)
 
 main()
