@@ -10,10 +10,10 @@ default, or `medium`'s 1,000), then the best of two `Pool(workers=2, warmup=...)
 and prints the ratio, and the caller's own CPU per item in that map. ``fast_dict`` and
 ``fast_list`` are ``fast`` returning a small dict and a list of 1,000 floats: the answers whose
 decoding the guard checks. ``--isolate`` maps with ``Pool(isolate=True)``: a process of its own
-per item, which answers on a channel of its own. This VM's speed for work on both vCPUs changes from minute to minute,
-so one full `bench_pool.py` run tells two commits apart only by more than that noise; rounds
-that alternate between them are compared under the same conditions. Prints each root's ratios
-and their median.
+per item, which answers on a channel of its own. This VM's speed for work on both vCPUs changes
+from minute to minute, so one full `bench_pool.py` run tells two commits apart only by more than
+that noise; rounds that alternate between them are compared under the same conditions. Prints
+each root's ratios and their median, the map's wall time per item and the caller's CPU per item.
 """
 
 from __future__ import annotations
@@ -99,9 +99,9 @@ def main() -> None:
     for root, found in ratios.items():
         shown = " ".join(f"{r:.3g}x" for r in found)
         per_item = statistics.median(caller[root])
-        wall = statistics.median(walls[root])
+        wall_per_item = statistics.median(walls[root])
         print(
-            f"| `{root}` | {statistics.median(found):.3g}x | {shown} | {wall:,.1f} µs "
+            f"| `{root}` | {statistics.median(found):.3g}x | {shown} | {wall_per_item:,.1f} µs "
             f"| {per_item:.1f} µs |"
         )
 

@@ -59,9 +59,9 @@ def table_rows(stdout: str) -> list[list[str]]:
     return [row for row in cells if not all(set(cell) <= set("-: ") for cell in row)]
 
 
-def run_quick(script: str, bound: float) -> str:
+def run_quick(script: str, bound: float, *more: str) -> str:
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), "--quick"],
+        [sys.executable, str(BENCHMARKS / script), "--quick", *more],
         capture_output=True,
         text=True,
         timeout=bound,  # inside the pytest-timeout bound, so a hang fails with the output in hand
@@ -181,9 +181,10 @@ def test_quick_steer_benchmark_finds_the_marker_gates_hang_steered_passes_the_cl
 
 @pytest.mark.needs_extra("bench")
 @pytest.mark.timeout(120)
-def test_pool_ab_benchmark_prints_a_median_per_root() -> None:
+@pytest.mark.parametrize("mode", [[], ["--isolate"]], ids=["warm", "isolated"])
+def test_pool_ab_benchmark_prints_a_median_per_root(mode: list[str]) -> None:
     root = BENCHMARKS.parent
-    command = [sys.executable, str(BENCHMARKS / "bench_pool_ab.py"), str(root)]
+    command = [sys.executable, str(BENCHMARKS / "bench_pool_ab.py"), str(root), *mode]
     done = subprocess.run(
         [*command, "--rounds", "2", "--items", "200"],
         capture_output=True,
@@ -193,27 +194,37 @@ def test_pool_ab_benchmark_prints_a_median_per_root() -> None:
     )
     assert done.returncode == 0, done.stderr
     rows = table_rows(done.stdout)
-    assert rows[0] == ["root", "median", "rounds", "caller's CPU per item"]
+    assert rows[0] == [
+        "root",
+        "median",
+        "rounds",
+        "map's wall per item",
+        "caller's CPU per item",
+    ]
     assert rows[1][0] == f"`{root}`"
     assert len(rows[1][2].split()) == 2
     assert rows[1][3].endswith(" µs")
+    assert rows[1][4].endswith(" µs")
 
 
 @pytest.mark.needs_extra("serve")
 @pytest.mark.needs_extra("bench")
 @pytest.mark.timeout(170)
 def test_quick_serve_benchmark_prints_the_table() -> None:
-    rows = table_rows(run_quick("bench_serve.py", bound=160))
+    # Against this checkout itself: the other package's server is started and loaded too.
+    root = BENCHMARKS.parent
+    rows = table_rows(run_quick("bench_serve.py", 160, "--against", str(root)))
     assert rows[0][0] == "server"
     labels = [row[0] for row in rows[1:]]
     assert labels == [
         "`pytest-rewardhang serve` (guarded `Pool`)",
         "same app, unguarded (`asyncio.to_thread`)",
         "same app, thread pool + `wait_for` timeout",
+        f"the same, the package in `{root}`",
     ]
-    guarded = rows[1]
-    assert guarded[5] == "0", "the guarded server let a client give up"
-    assert not guarded[6].startswith("∞"), guarded
+    for guarded in (rows[1], rows[4]):
+        assert guarded[5] == "0", f"the guarded server let a client give up: {guarded}"
+        assert not guarded[6].startswith("∞"), guarded
 
 
 @pytest.mark.timeout(120)
