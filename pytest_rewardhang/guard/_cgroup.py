@@ -298,27 +298,16 @@ def _start_time(pid: int) -> bytes | None:
     return fields[19] if fields is not None else None
 
 
-#: SIGKILL's bit in a process's pending signals, and the flag of a process that is exiting.
-_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
-_PF_EXITING = 0x4
-
-
 def _check_keeper() -> None:
     """Start the keeper again if a call killed it; continue it if a call stopped it."""
     if not STATE.keeper:
         return
     pid, started = STATE.keeper[0]
     fields = _procfs.stat_fields(pid)
-    # Exited, or on its way: a call's kill() returns with the SIGKILL only pending (stat's
-    # field 31), and on a busy machine the keeper may not have run since to die of it; once
-    # it has, it is exiting (PF_EXITING, field 9) for a while before it reads as a zombie.
-    if (
-        fields is None
-        or fields[0] in (b"Z", b"X")
-        or fields[19] != started
-        or int(fields[28]) & _SIGKILL_BIT
-        or int(fields[6]) & _PF_EXITING
-    ):
+    # Another process at its pid, or exited, or on its way: a call's kill() returns with the
+    # SIGKILL only pending, and on a busy machine the keeper may not have run since to die of
+    # it; once it has, it is exiting for a while before it reads as a zombie.
+    if fields is None or fields[19] != started or not _procfs.state(pid, fields)[0]:
         with STATE.cgroup_lock:
             if STATE.keeper == [(pid, started)]:
                 STATE.keeper.clear()
