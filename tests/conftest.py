@@ -153,6 +153,7 @@ _EXTRA_MODULES = {
     "verl": ("verl", "tensordict", "omegaconf"),
     "openrlhf": ("openrlhf", "aiohttp"),
     "areal": ("areal", "httpx", "numba", "colorlog", "tenacity"),
+    "gym": ("nemo_gym",),
 }
 
 
