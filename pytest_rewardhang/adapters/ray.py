@@ -134,8 +134,9 @@ class RewardActor:
         try:
             import ray
 
-            node = ray.get_runtime_context().get_node_id()
-        except Exception:  # noqa: BLE001 - outside Ray (or before it is up) there is no node
+            # Asked outside Ray, the runtime context would start a whole local cluster.
+            node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        except Exception:  # noqa: BLE001 - without Ray (or before it is up) there is no node
             node = None
         with self._counting:
             statuses = dict(self.statuses)

@@ -469,6 +469,24 @@ def test_samples_of_a_pool_that_ends_under_them_score_the_default_said_once(
         actor.pool.close()
 
 
+@pytest.mark.needs_extra("ray")
+def test_an_actor_asked_for_its_stats_outside_ray_starts_no_ray() -> None:
+    # Ray's runtime context, asked outside Ray, starts a local cluster (its GCS, raylet and
+    # dashboard, left running below the caller: no_leaks names them). stats() names no node.
+    import ray
+
+    from pytest_rewardhang.adapters.ray import RewardActor
+
+    actor = RewardActor(spec("sleeps"), budget=30.0, default=-1.0)
+    try:
+        assert actor.score([("0",)]) == [1.0]
+        stats = actor.stats()
+    finally:
+        actor.pool.close()
+    assert (stats["node"], stats["statuses"]["ok"]) == (None, 1)
+    assert not ray.is_initialized()
+
+
 # --- what the adapters are given --------------------------------------------------------------
 
 
